@@ -1,0 +1,261 @@
+"""Build ggml for omnivoice: fetch the pinned source, compile it with CMake, generate the cffi declarations.
+
+Three steps, each usable alone from a checkout:
+
+    python build_ext.py fetch     # download + verify + extract the pinned ggml into vendor/ggml/src
+    python build_ext.py build     # cmake configure + build, copy the libraries into omnivoice/ggml/_lib
+    python build_ext.py all       # both, then generate omnivoice/ggml/_cdef.h (what `pip install` runs)
+
+Backends are chosen with CMAKE_ARGS, as llama-cpp-python does:
+
+    CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" pip install .
+    CMAKE_ARGS="-DGGML_VULKAN=ON" pip install .
+
+The cffi declarations are generated from the very headers that were compiled (preprocessed with the same
+GGML_MAX_NAME), so the bindings cannot drift from the library. They are build outputs, never committed.
+
+This file is also the PEP 517 build backend (pyproject.toml points here through backend-path): it re-exports
+setuptools' hooks and adds a build_py step that runs the three steps above.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENDOR = ROOT / "vendor" / "ggml"
+LOCK = VENDOR / "ggml.lock"
+SRC = VENDOR / "src"
+CACHE = Path(os.environ.get("OMNIVOICE_GGML_CACHE", VENDOR / "cache"))
+PKG_GGML = ROOT / "omnivoice" / "ggml"
+LIB_OUT = PKG_GGML / "_lib"
+CDEF_OUT = PKG_GGML / "_cdef.h"
+CONSTS_OUT = PKG_GGML / "_consts.json"
+
+GGML_MAX_NAME = 128  # must equal the CMakeLists.txt definition
+HEADERS = ["ggml.h", "ggml-alloc.h", "ggml-backend.h", "gguf.h"]
+
+
+def log(msg: str) -> None:
+    print(f"[omnivoice build] {msg}", file=sys.stderr, flush=True)
+
+
+def read_lock() -> dict:
+    return json.loads(LOCK.read_text())
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------------- fetch
+
+def fetch() -> Path:
+    """Download (once), verify and extract the pinned ggml source; return the ggml source directory."""
+    lock = read_lock()
+    dest = SRC / "ggml"
+    stamp = SRC / ".sha256"
+    if dest.joinpath("CMakeLists.txt").exists() and stamp.exists() and stamp.read_text() == lock["sha256"]:
+        return dest
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    archive = CACHE / lock["filename"]
+    if not archive.exists() or sha256_of(archive) != lock["sha256"]:
+        log(f"downloading {lock['package']}=={lock['version']} (sdist) from the package index")
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                 "--no-build-isolation", "-d", tmp, f"{lock['package']}=={lock['version']}"],
+                check=True, stdout=subprocess.DEVNULL)
+            got = Path(tmp) / lock["filename"]
+            if not got.exists():
+                raise RuntimeError(f"pip did not produce {lock['filename']} (got {os.listdir(tmp)})")
+            shutil.move(str(got), archive)
+
+    digest = sha256_of(archive)
+    if digest != lock["sha256"]:
+        archive.unlink()
+        raise RuntimeError(f"{archive.name}: sha256 {digest} does not match the pin {lock['sha256']} "
+                           f"in {LOCK.relative_to(ROOT)}; refusing to build from it")
+
+    log(f"extracting {lock['ggml_subdir']} from {archive.name}")
+    if SRC.exists():
+        shutil.rmtree(SRC)
+    SRC.mkdir(parents=True)
+    prefix = lock["ggml_subdir"].rstrip("/") + "/"
+    with tarfile.open(archive) as tar:
+        members = []
+        for m in tar.getmembers():
+            if not m.name.startswith(prefix) or not (m.isfile() or m.isdir()):
+                continue
+            rel = m.name[len(prefix):]
+            if not rel or rel.startswith("/") or ".." in Path(rel).parts:
+                continue
+            m.name = "ggml/" + rel
+            members.append(m)
+        tar.extractall(SRC, members=members)
+    stamp.write_text(lock["sha256"])
+    return dest
+
+
+# ----------------------------------------------------------------------------------------------------- build
+
+def build(build_dir: Path | None = None) -> Path:
+    """Configure and build ggml with CMake; copy the shared libraries into omnivoice/ggml/_lib."""
+    fetch()
+    build_dir = Path(build_dir or ROOT / "build" / "cmake")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cmake_args = shlex.split(os.environ.get("CMAKE_ARGS", ""))
+    generator = ["-G", "Ninja"] if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").exists() else []
+    if not any(a.startswith("-DCMAKE_BUILD_TYPE") for a in cmake_args):
+        cmake_args.append("-DCMAKE_BUILD_TYPE=Release")
+    log(f"cmake configure {' '.join(cmake_args)}")
+    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator, *cmake_args], check=True)
+    jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    log(f"cmake build with {jobs} jobs")
+    subprocess.run(["cmake", "--build", str(build_dir), "--config", "Release", "-j", jobs], check=True)
+
+    built = build_dir / "lib"
+    libs = [p for p in built.iterdir() if re.search(r"\.(so|dylib|dll)(\.|$)", p.name)]
+    if not any(p.name.startswith(("libggml-base", "ggml-base")) for p in libs):
+        raise RuntimeError(f"no ggml-base library in {built}")
+    if LIB_OUT.exists():
+        shutil.rmtree(LIB_OUT)
+    LIB_OUT.mkdir(parents=True)
+    for p in libs:
+        shutil.copy2(p, LIB_OUT / p.name, follow_symlinks=True)
+    log(f"libraries: {', '.join(sorted(p.name for p in libs))}")
+    return LIB_OUT
+
+
+# ------------------------------------------------------------------------------------------- cffi declarations
+
+_STUB_HEADERS = ["stdbool.h", "stddef.h", "stdint.h", "stdio.h", "stdlib.h", "string.h", "assert.h"]
+_C_SIZES = {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "uint16_t": 2, "int32_t": 4, "uint32_t": 4,
+            "int64_t": 8, "uint64_t": 8, "float": 4, "double": 8, "size_t": 8, "int": 4, "char": 1}
+
+
+def _eval_sizeof_bounds(text: str) -> str:
+    """cffi cannot size arrays whose bound contains sizeof(...): evaluate those bounds here."""
+    def repl(m: re.Match) -> str:
+        expr = re.sub(r"sizeof\s*\(\s*(\w+)\s*\)", lambda s: str(_C_SIZES[s.group(1)]), m.group(1))
+        if not re.fullmatch(r"[\d\s+\-*/()]+", expr):
+            return m.group(0)
+        return f"[{int(eval(expr))}]"  # noqa: S307 -- digits and operators only, checked above
+    return re.sub(r"\[([^\[\]]*sizeof[^\[\]]*)\]", repl, text)
+
+
+def generate_cdef(include_dir: Path | None = None) -> str:
+    """Preprocess the built ggml headers into declarations that cffi's ABI mode can parse."""
+    include_dir = Path(include_dir or SRC / "ggml" / "include")
+    cc = os.environ.get("CC", "cc")
+    with tempfile.TemporaryDirectory() as tmp:
+        stubs = Path(tmp)
+        for h in _STUB_HEADERS:
+            (stubs / h).write_text("")
+        main = stubs / "all.h"
+        main.write_text("".join(f'#include "{h}"\n' for h in HEADERS))
+        defs = [f"-DGGML_MAX_NAME={GGML_MAX_NAME}", "-D__attribute__(x)=", "-D__declspec(x)=",
+                "-DGGML_RESTRICT=", "-D__restrict=", "-Drestrict="]
+        out = subprocess.run([cc, "-E", "-P", "-nostdinc", f"-I{stubs}", f"-I{include_dir}", *defs, str(main)],
+                             check=True, capture_output=True, text=True).stdout
+        macros = subprocess.run([cc, "-E", "-dM", "-nostdinc", f"-I{stubs}", f"-I{include_dir}", *defs, str(main)],
+                                check=True, capture_output=True, text=True).stdout
+
+    out = _eval_sizeof_bounds(out)
+    seen: set[str] = set()
+    lines = []
+    for line in out.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        # The same typedef can appear in several headers; cffi rejects a repeat.
+        if s.startswith("typedef") and s.endswith(";") and "{" not in s:
+            if s in seen:
+                continue
+            seen.add(s)
+        lines.append(line)
+    cdef = "\n".join(lines) + "\n"
+
+    consts = {}
+    for m in re.finditer(r"^#define\s+(GGML_\w+|GGUF_\w+)\s+(\(?-?\d+\)?|0x[0-9a-fA-F]+)\s*$", macros, re.M):
+        consts[m.group(1)] = int(m.group(2).strip("()"), 0)
+    consts["GGML_MAX_NAME"] = GGML_MAX_NAME
+    return cdef, consts
+
+
+def write_cdef() -> None:
+    cdef, consts = generate_cdef()
+    import cffi  # checked here, at build time, so a broken declaration fails the build and not the import
+    cffi.FFI().cdef(cdef)
+    CDEF_OUT.write_text(cdef)
+    CONSTS_OUT.write_text(json.dumps(consts, indent=1, sort_keys=True))
+    log(f"wrote {CDEF_OUT.relative_to(ROOT)} ({len(cdef)} bytes) and {len(consts)} constants")
+
+
+def build_all() -> None:
+    build()
+    write_cdef()
+
+
+# ----------------------------------------------------------------------------------- PEP 517 / setuptools glue
+
+try:
+    from setuptools import build_meta as _meta
+    from setuptools.command.build_py import build_py as _build_py
+except ImportError:  # running `python build_ext.py` without setuptools is fine
+    _meta = None
+    _build_py = object
+
+if _meta is not None:
+    from setuptools.build_meta import *  # noqa: F401,F403 -- this module is the build backend
+
+    class BuildPy(_build_py):
+        """build_py that first builds ggml and the declarations, then ships them inside the package."""
+
+        def run(self):
+            build_all()
+            super().run()
+            if not getattr(self, "editable_mode", False):
+                target = Path(self.build_lib) / "omnivoice" / "ggml"
+                shutil.copytree(LIB_OUT, target / "_lib", dirs_exist_ok=True)
+                for f in (CDEF_OUT, CONSTS_OUT):
+                    shutil.copy2(f, target / f.name)
+
+    try:  # setuptools >= 70.1, which pyproject.toml requires for building; absent when run as a script
+        from setuptools.command.bdist_wheel import bdist_wheel as _bdist_wheel
+    except ImportError:
+        _bdist_wheel = object
+
+    class BdistWheel(_bdist_wheel):
+        """The wheel carries compiled libraries: tag it for this platform, not py3-none-any."""
+
+        def finalize_options(self):
+            super().finalize_options()
+            self.root_is_pure = False
+
+        def get_tag(self):
+            _, _, plat = super().get_tag()
+            return "py3", "none", plat
+
+
+if __name__ == "__main__":
+    steps = {"fetch": fetch, "build": build, "cdef": write_cdef, "all": build_all}
+    what = sys.argv[1] if len(sys.argv) > 1 else "all"
+    if what not in steps:
+        sys.exit(f"usage: python build_ext.py [{'|'.join(steps)}]")
+    steps[what]()

@@ -1,0 +1,78 @@
+"""Load the ggml libraries that build_ext.py compiled, through cffi in ABI mode.
+
+The declarations in _cdef.h were generated from the headers that were compiled, so the struct layouts and the
+enum values here are the library's own. Nothing above this module touches cffi's loading details.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+import cffi
+
+_HERE = Path(__file__).resolve().parent
+LIB_DIR = Path(os.environ.get("OMNIVOICE_GGML_LIB_DIR", _HERE / "_lib"))
+_CDEF = _HERE / "_cdef.h"
+_CONSTS = _HERE / "_consts.json"
+
+log = logging.getLogger("omnivoice.ggml")
+
+
+class GGMLNotBuiltError(ImportError):
+    """The compiled ggml libraries or their declarations are missing from this install."""
+
+
+def _shared_lib(stem: str) -> Path:
+    names = {"linux": f"lib{stem}.so", "darwin": f"lib{stem}.dylib", "win32": f"{stem}.dll"}
+    return LIB_DIR / names.get(sys.platform, f"lib{stem}.so")
+
+
+if not _CDEF.exists() or not _shared_lib("ggml-base").exists():
+    raise GGMLNotBuiltError(
+        f"ggml is not built for this checkout: expected {_CDEF.name} and {_shared_lib('ggml-base').name} in "
+        f"{LIB_DIR.parent}. Install with `pip install .` (or `python build_ext.py all` in a checkout).")
+
+ffi = cffi.FFI()
+ffi.cdef(_CDEF.read_text())
+consts: dict[str, int] = json.loads(_CONSTS.read_text())
+
+
+class _Lib:
+    """One namespace over libggml-base (tensor ops) and libggml (backend registry): looked up once, then cached."""
+
+    def __init__(self) -> None:
+        self._libs = [ffi.dlopen(str(_shared_lib("ggml"))), ffi.dlopen(str(_shared_lib("ggml-base")))]
+
+    def __getattr__(self, name: str):
+        for lib in self._libs:
+            try:
+                value = getattr(lib, name)
+            except AttributeError:
+                continue
+            setattr(self, name, value)
+            return value
+        raise AttributeError(f"ggml has no symbol {name!r} (declared in the headers but not exported?)")
+
+
+lib = _Lib()
+
+_LEVELS = {lib.GGML_LOG_LEVEL_ERROR: logging.ERROR, lib.GGML_LOG_LEVEL_WARN: logging.WARNING,
+           lib.GGML_LOG_LEVEL_INFO: logging.DEBUG, lib.GGML_LOG_LEVEL_DEBUG: logging.DEBUG}
+
+
+@ffi.callback("void(enum ggml_log_level, const char *, void *)")
+def _on_log(level, text, _user):
+    # ggml talks a lot on stderr while loading backends; route it through logging so --quiet means quiet.
+    try:
+        msg = ffi.string(text).decode("utf-8", "replace").rstrip()
+        if msg:
+            log.log(_LEVELS.get(level, logging.DEBUG), msg)
+    except Exception:  # an exception escaping a C callback would be printed and lost anyway
+        pass
+
+
+lib.ggml_log_set(_on_log, ffi.NULL)

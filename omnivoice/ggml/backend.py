@@ -1,0 +1,171 @@
+"""Backends by name: which devices this install can use, and the backend set a model runs on.
+
+A backend spec is `auto`, `cpu`, `cuda`, `vulkan`, `metal` (any registered ggml backend name, case-insensitive),
+optionally with a device index: `cuda:1`. `auto` takes the first GPU device and falls back to the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ._ffi import LIB_DIR, ffi, lib
+
+_loaded = False
+
+
+def load_backends() -> None:
+    """Load every backend module shipped with this install (once per process)."""
+    global _loaded
+    if not _loaded:
+        lib.ggml_backend_load_all_from_path(str(LIB_DIR).encode())
+        _loaded = True
+        if lib.ggml_backend_dev_count() == 0:
+            raise RuntimeError(f"no ggml backend could be loaded from {LIB_DIR}")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of one backend: `backend` is the registry name (CPU, CUDA, Vulkan, Metal)."""
+
+    backend: str
+    index: int
+    name: str
+    description: str
+    kind: str  # cpu, gpu, igpu, accel
+    memory_free: int
+    memory_total: int
+
+    @property
+    def spec(self) -> str:
+        """The backend spec that selects this device, e.g. `cuda:0`."""
+        return f"{self.backend.lower()}:{self.index}"
+
+
+_KINDS = {lib.GGML_BACKEND_DEVICE_TYPE_CPU: "cpu", lib.GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
+          lib.GGML_BACKEND_DEVICE_TYPE_IGPU: "igpu", lib.GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel"}
+
+
+def _devices_raw() -> list[tuple[Device, object]]:
+    load_backends()
+    out = []
+    per_backend: dict[str, int] = {}
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        reg = ffi.string(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(dev))).decode()
+        free, total = ffi.new("size_t *"), ffi.new("size_t *")
+        lib.ggml_backend_dev_memory(dev, free, total)
+        idx = per_backend.get(reg, 0)
+        per_backend[reg] = idx + 1
+        out.append((Device(backend=reg, index=idx,
+                           name=ffi.string(lib.ggml_backend_dev_name(dev)).decode(),
+                           description=ffi.string(lib.ggml_backend_dev_description(dev)).decode(),
+                           kind=_KINDS.get(lib.ggml_backend_dev_type(dev), "other"),
+                           memory_free=free[0], memory_total=total[0]), dev))
+    return out
+
+
+def list_devices() -> list[Device]:
+    """Every device of every backend this install can use, CPU included."""
+    return [d for d, _ in _devices_raw()]
+
+
+def parse_spec(spec: str) -> tuple[str, int | None]:
+    """Split `name[:index]` into a lower-case backend name and an optional index."""
+    name, _, index = spec.strip().partition(":")
+    if not name:
+        raise ValueError(f"empty backend name in {spec!r}; expected auto, cpu, cuda, vulkan or metal")
+    if index and not index.isdigit():
+        raise ValueError(f"bad device index in backend spec {spec!r}: expected NAME or NAME:INDEX")
+    return name.lower(), int(index) if index else None
+
+
+def find_device(spec: str) -> tuple[Device, object]:
+    """Resolve a backend spec to a device (and its ggml handle); clear error when it is not available."""
+    name, index = parse_spec(spec)
+    devices = _devices_raw()
+    if name == "auto":
+        gpus = [d for d in devices if d[0].kind in ("gpu", "igpu")]
+        if index is not None:
+            gpus = gpus[index:index + 1]
+        chosen = gpus[0] if gpus else next(d for d in devices if d[0].kind == "cpu")
+        return chosen
+    matches = [d for d in devices if d[0].backend.lower() == name]
+    if not matches:
+        names = sorted({d.backend.lower() for d, _ in devices})
+        raise ValueError(f"backend {name!r} is not available in this install (available: {', '.join(names)}); "
+                         f"GPU backends are built with CMAKE_ARGS, see README")
+    index = index or 0
+    if index >= len(matches):
+        raise ValueError(f"backend {name} has {len(matches)} device(s); index {index} does not exist")
+    return matches[index]
+
+
+def default_threads() -> int:
+    """CPU threads: OMNIVOICE_THREADS, else the cores this process may run on."""
+    env = os.environ.get("OMNIVOICE_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+class Runtime:
+    """The backends one model runs on: the chosen device plus the CPU as the scheduler's fallback.
+
+    Owns the ggml backend handles; `close()` (or the context manager) frees them.
+    """
+
+    def __init__(self, spec: str = "auto", n_threads: int | None = None) -> None:
+        self.device, dev = find_device(spec)
+        self.n_threads = n_threads or default_threads()
+        self._backends = []
+        self.backend = self._init(dev)
+        if self.device.kind == "cpu":
+            self.cpu = self.backend
+        else:
+            _, cpu_dev = find_device("cpu")
+            self.cpu = self._init(cpu_dev)
+
+    def _init(self, dev) -> object:
+        backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
+        if backend == ffi.NULL:
+            raise RuntimeError(f"could not initialise ggml device {ffi.string(lib.ggml_backend_dev_name(dev))!r}")
+        reg = lib.ggml_backend_dev_backend_reg(dev)
+        set_threads = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_set_n_threads")
+        if set_threads != ffi.NULL:
+            ffi.cast("ggml_backend_set_n_threads_t", set_threads)(backend, self.n_threads)
+        self._backends.append(backend)
+        return backend
+
+    @property
+    def backends(self) -> list:
+        """Primary first, CPU last: the order the scheduler wants."""
+        return list(self._backends)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.device.kind != "cpu"
+
+    def supports_flash_attn(self) -> bool:
+        """Whether the primary backend runs ggml_flash_attn_ext (probed once with a tiny graph)."""
+        if not hasattr(self, "_fa"):
+            from .graph import probe_flash_attn
+            self._fa = probe_flash_attn(self)
+        return self._fa
+
+    def close(self) -> None:
+        for b in reversed(self._backends):
+            lib.ggml_backend_free(b)
+        self._backends = []
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.device.spec}: {self.device.description}, threads={self.n_threads})"

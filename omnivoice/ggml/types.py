@@ -1,0 +1,46 @@
+"""ggml tensor types and their numpy counterparts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._ffi import lib
+
+F32 = lib.GGML_TYPE_F32
+F16 = lib.GGML_TYPE_F16
+BF16 = lib.GGML_TYPE_BF16
+Q8_0 = lib.GGML_TYPE_Q8_0
+I32 = lib.GGML_TYPE_I32
+
+_NUMPY = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), I32: np.dtype(np.int32)}
+_BY_NAME = {"f32": F32, "f16": F16, "bf16": BF16, "q8_0": Q8_0, "i32": I32}
+
+
+def numpy_dtype(ggml_type: int) -> np.dtype:
+    """The numpy dtype that holds a tensor of this type element for element (F32, F16 and I32 only)."""
+    try:
+        return _NUMPY[ggml_type]
+    except KeyError:
+        raise TypeError(f"no numpy dtype for ggml type {type_name(ggml_type)}") from None
+
+
+def from_numpy(dtype) -> int:
+    """The ggml type of a numpy dtype (float32, float16, int32)."""
+    dtype = np.dtype(dtype)
+    for t, d in _NUMPY.items():
+        if d == dtype:
+            return t
+    raise TypeError(f"numpy dtype {dtype} has no ggml counterpart (expected float32, float16 or int32)")
+
+
+def by_name(name: str) -> int:
+    """ggml type from a short name: f32, f16, bf16, q8_0, i32."""
+    try:
+        return _BY_NAME[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown tensor type {name!r}; expected one of {', '.join(_BY_NAME)}") from None
+
+
+def type_name(ggml_type: int) -> str:
+    from ._ffi import ffi
+    return ffi.string(lib.ggml_type_name(ggml_type)).decode()

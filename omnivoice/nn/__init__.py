@@ -1,0 +1,14 @@
+"""Small graph helpers shared by the models: each takes the graph context first and returns a ggml tensor.
+
+Layout conventions (ggml order, ne0 first):
+  transformer activations  [C, T]       (channels contiguous)
+  convolution activations  [T, C]       (time contiguous, as ggml's im2col and col2im_1d expect)
+"""
+
+from .basic import add_bias, embedding, gelu, group_norm, layer_norm, linear, rms_norm, swiglu
+from .attention import attention, rope_neox
+from .conv import conv1d, conv_transpose1d, conv_transpose_weight, snake
+from .quant import nearest_code
+
+__all__ = ["add_bias", "embedding", "gelu", "group_norm", "layer_norm", "linear", "rms_norm", "swiglu",
+           "attention", "rope_neox", "conv1d", "conv_transpose1d", "conv_transpose_weight", "snake", "nearest_code"]

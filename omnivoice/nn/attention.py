@@ -1,0 +1,37 @@
+"""Multi-head attention with an additive mask, and NEOX rotary embedding."""
+
+from __future__ import annotations
+
+from ..ggml import consts, ffi, lib, types
+
+
+def rope_neox(ctx, x, pos, theta: float):
+    """Rotary embedding, NEOX layout (first and second half of each head pair up): x [D, H, T], pos int32 [T]."""
+    n_dims = x.ne[0]
+    return lib.ggml_rope_ext(ctx, x, pos, ffi.NULL, n_dims, consts["GGML_ROPE_TYPE_NEOX"], 0, theta, 1.0, 0.0, 1.0, 0.0, 0.0)
+
+
+def attention(ctx, q, k, v, mask, scale: float, flash: bool):
+    """softmax(scale * q k^T + mask) v for every head; q [D, Hq, T], k and v [D, Hkv, S] -> [D * Hq, T].
+
+    `mask` is [S, T] and additive (0 to attend, -inf to block); F16 for the flash path, F32 or F16 otherwise.
+    Grouped-query attention: query head h reads key/value head h // (Hq / Hkv), as ggml broadcasts.
+    """
+    D, Hq, T = q.ne[0], q.ne[1], q.ne[2]
+    q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [D, T, Hq]
+    k = lib.ggml_permute(ctx, k, 0, 2, 1, 3)  # [D, S, Hkv]
+    if flash:
+        v = lib.ggml_permute(ctx, v, 0, 2, 1, 3)  # [D, S, Hkv]
+        if k.type != types.F16:
+            k = lib.ggml_cast(ctx, k, types.F16)
+            v = lib.ggml_cast(ctx, v, types.F16)
+        out = lib.ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0, 0.0)  # [D, Hq, T]
+        lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)
+        return lib.ggml_reshape_2d(ctx, out, D * Hq, T)
+    kq = lib.ggml_mul_mat(ctx, k, q)  # [S, T, Hq]
+    lib.ggml_mul_mat_set_prec(kq, lib.GGML_PREC_F32)
+    kq = lib.ggml_soft_max_ext(ctx, kq, mask, scale, 0.0)
+    vt = lib.ggml_cont(ctx, lib.ggml_permute(ctx, v, 1, 2, 0, 3))  # [S, D, Hkv]
+    out = lib.ggml_mul_mat(ctx, vt, kq)  # [D, T, Hq]
+    out = lib.ggml_cont(ctx, lib.ggml_permute(ctx, out, 0, 2, 1, 3))  # [D, Hq, T]
+    return lib.ggml_reshape_2d(ctx, out, D * Hq, T)

@@ -1,0 +1,57 @@
+"""Linear layers, norms, activations, embedding lookup."""
+
+from __future__ import annotations
+
+from ..ggml import lib
+
+
+def add_bias(ctx, x, b, axis: int = 0):
+    """x + b, with the 1-D bias broadcast along the other axis: axis 0 for [C, T], axis 1 for [T, C]."""
+    if b is None:
+        return x
+    if axis == 1:
+        b = lib.ggml_reshape_2d(ctx, b, 1, b.ne[0])  # [1, C]
+    return lib.ggml_add(ctx, x, b)
+
+
+def linear(ctx, x, w, b=None):
+    """y = W x + b over ne0: x [IN, ...], w [IN, OUT] (torch (OUT, IN)) -> [OUT, ...]."""
+    return add_bias(ctx, lib.ggml_mul_mat(ctx, w, x), b)
+
+
+def rms_norm(ctx, x, w, eps: float):
+    """RMSNorm over ne0, scaled by w [C]."""
+    return lib.ggml_mul(ctx, lib.ggml_rms_norm(ctx, x, eps), w)
+
+
+def layer_norm(ctx, x, w, b, eps: float):
+    """LayerNorm over ne0 with affine w, b [C]."""
+    return add_bias(ctx, lib.ggml_mul(ctx, lib.ggml_norm(ctx, x, eps), w), b)
+
+
+def group_norm(ctx, x, n_groups: int, w, b, eps: float):
+    """GroupNorm of a conv activation x [T, C] over (time, channels of a group), affine per channel."""
+    T, C = x.ne[0], x.ne[1]
+    if C % n_groups:
+        raise ValueError(f"group_norm: {C} channels do not split into {n_groups} groups")
+    # ggml normalises over ne0 * ne1 * (ne2 / n_groups): put channels on ne2.
+    cur = lib.ggml_group_norm(ctx, lib.ggml_reshape_3d(ctx, lib.ggml_cont(ctx, x), T, 1, C), n_groups, eps)
+    cur = lib.ggml_reshape_2d(ctx, cur, T, C)
+    cur = lib.ggml_mul(ctx, cur, lib.ggml_reshape_2d(ctx, w, 1, C))
+    return add_bias(ctx, cur, b, axis=1)
+
+
+def gelu(ctx, x, exact: bool = True):
+    """GELU: the erf form (PyTorch's default) unless `exact` is False (tanh approximation)."""
+    return lib.ggml_gelu_erf(ctx, x) if exact else lib.ggml_gelu(ctx, x)
+
+
+def swiglu(ctx, x, w_gate, w_up, w_down):
+    """SwiGLU feed-forward: down(silu(gate x) * up x)."""
+    return lib.ggml_mul_mat(ctx, w_down, lib.ggml_swiglu_split(ctx, lib.ggml_mul_mat(ctx, w_gate, x),
+                                                                 lib.ggml_mul_mat(ctx, w_up, x)))
+
+
+def embedding(ctx, table, ids):
+    """Rows of `table` [C, N] picked by int32 `ids` [T] -> [C, T]."""
+    return lib.ggml_get_rows(ctx, table, ids)

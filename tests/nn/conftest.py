@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+class GraphRunner:
+    """Runs a one-off graph: weights from numpy (optionally stored as f16/bf16/q8_0), inputs by name."""
+
+    def __init__(self, runtime):
+        self.runtime = runtime
+
+    def __call__(self, build, inputs: dict, weights: dict | None = None, outputs=("y",)):
+        from omnivoice.ggml import Graph, WeightStore
+
+        store = WeightStore.from_arrays(self.runtime, weights or {"_unused": np.zeros(1, np.float32)})
+        try:
+            with Graph(self.runtime) as g:
+                tensors = {name: g.input(name, arr.dtype, arr.shape) for name, arr in inputs.items()}
+                result = build(g.ctx, store, **tensors)
+                if not isinstance(result, tuple):
+                    result = (result,)
+                for name, t in zip(outputs, result):
+                    g.output(name, t)
+                out = g.compute(**inputs)
+                return out[outputs[0]] if len(outputs) == 1 else tuple(out[n] for n in outputs)
+        finally:
+            store.close()
+
+
+@pytest.fixture
+def run(runtime):
+    return GraphRunner(runtime)

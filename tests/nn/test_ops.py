@@ -1,0 +1,247 @@
+"""Every graph helper against an independent float64 numpy reference on fresh random inputs.
+
+Shapes: numpy order (reversed ggml ne). A transformer activation ggml [C, T] is numpy (T, C); a conv
+activation ggml [T, C] is numpy (C, T). Error bounds are stated per test: F32 paths are held to float32
+rounding; F16/BF16/Q8_0 weights to the precision of their format (the CPU also rounds the activations to the
+weight's format before the dot product).
+"""
+
+from __future__ import annotations
+
+import math
+
+import gguf
+import numpy as np
+import pytest
+from scipy.special import erf
+
+from omnivoice import nn
+from omnivoice.ggml import lib, types
+
+
+def rel_err(got, want) -> float:
+    return float(np.max(np.abs(np.asarray(got, np.float64) - want)) / (np.max(np.abs(want)) + 1e-30))
+
+
+# ------------------------------------------------------------------------------------------------ linear
+@pytest.mark.parametrize("wtype,bound", [(None, 2e-6), ("f16", 2e-3), ("bf16", 1.5e-2), ("q8_0", 1.5e-2)])
+def test_linear(run, rng, wtype, bound):
+    x = rng.standard_normal((7, 64)).astype(np.float32)          # ggml [IN=64, T=7]
+    w = rng.standard_normal((48, 64)).astype(np.float32)          # torch (OUT, IN)
+    b = rng.standard_normal(48).astype(np.float32)
+    stored = w if wtype is None else (wtype, w)
+    y = run(lambda ctx, ws, x: nn.linear(ctx, x, ws["w"], ws["b"]), {"x": x}, {"w": stored, "b": b})
+    if wtype in ("f16", "bf16", "q8_0"):
+        qt = gguf.GGMLQuantizationType[wtype.upper()]
+        w = gguf.quants.dequantize(gguf.quants.quantize(w, qt), qt)  # what the file holds
+    want = x.astype(np.float64) @ w.astype(np.float64).T + b
+    assert y.shape == (7, 48)
+    assert rel_err(y, want) < bound
+
+
+def test_linear_q8_0_is_not_f32(run, rng):
+    """Guard: the Q8_0 path really quantizes (a silently-F32 store would make the bound above meaningless)."""
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.linear(ctx, x, ws["w"]), {"x": x}, {"w": ("q8_0", w)})
+    assert 1e-5 < rel_err(y, x.astype(np.float64) @ w.T) < 1.5e-2
+
+
+# ------------------------------------------------------------------------------------------------- norms
+def test_rms_norm(run, rng):
+    x = rng.standard_normal((5, 128)).astype(np.float32) * 3
+    w = rng.uniform(0.5, 1.5, 128).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.rms_norm(ctx, x, ws["w"], 1e-6), {"x": x}, {"w": w})
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt(np.mean(x64 ** 2, axis=-1, keepdims=True) + 1e-6) * w
+    assert rel_err(y, want) < 1e-5
+
+
+def test_layer_norm(run, rng):
+    x = (rng.standard_normal((6, 96)) * 2 + 1).astype(np.float32)
+    w, b = rng.standard_normal(96).astype(np.float32), rng.standard_normal(96).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.layer_norm(ctx, x, ws["w"], ws["b"], 1e-5), {"x": x}, {"w": w, "b": b})
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * w + b
+    assert rel_err(y, want) < 1e-5
+
+
+@pytest.mark.parametrize("groups", [1, 4, 16])
+def test_group_norm(run, rng, groups):
+    C, T = 16, 50
+    x = (rng.standard_normal((C, T)) * 3 + rng.standard_normal((C, 1))).astype(np.float32)  # ggml [T, C]
+    w, b = rng.standard_normal(C).astype(np.float32), rng.standard_normal(C).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.group_norm(ctx, x, groups, ws["w"], ws["b"], 1e-5), {"x": x}, {"w": w, "b": b})
+    xg = x.astype(np.float64).reshape(groups, -1)
+    norm = ((xg - xg.mean(-1, keepdims=True)) / np.sqrt(xg.var(-1, keepdims=True) + 1e-5)).reshape(C, T)
+    assert rel_err(y, norm * w[:, None] + b[:, None]) < 1e-5
+
+
+# ----------------------------------------------------------------------------------------- activations
+def test_gelu_erf(run, rng):
+    x = (rng.standard_normal((4, 300)) * 4).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.gelu(ctx, x), {"x": x})
+    x64 = x.astype(np.float64)
+    assert np.max(np.abs(y - 0.5 * x64 * (1 + erf(x64 / math.sqrt(2))))) < 1e-5
+
+
+def test_gelu_erf_differs_from_tanh(run, rng):
+    """The erf and tanh forms differ by ~1e-3 near |x| = 2: the test above would catch a swap."""
+    x = np.linspace(-3, 3, 64, dtype=np.float32)[None]
+    y = run(lambda ctx, ws, x: nn.gelu(ctx, x, exact=False), {"x": x})
+    x64 = x.astype(np.float64)
+    assert np.max(np.abs(y - 0.5 * x64 * (1 + erf(x64 / math.sqrt(2))))) > 1e-4
+
+
+def test_swiglu(run, rng):
+    x = rng.standard_normal((5, 32)).astype(np.float32)
+    wg, wu = rng.standard_normal((3, 48, 32)).astype(np.float32)[:2]
+    wd = rng.standard_normal((32, 48)).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.swiglu(ctx, x, ws["g"], ws["u"], ws["d"]), {"x": x},
+            {"g": wg, "u": wu, "d": wd})
+    x64 = x.astype(np.float64)
+    g, u = x64 @ wg.T, x64 @ wu.T
+    want = (g / (1 + np.exp(-g)) * u) @ wd.T
+    assert rel_err(y, want) < 1e-5
+
+
+def test_snake(run, rng):
+    C, T = 12, 200
+    x = rng.standard_normal((C, T)).astype(np.float32)            # ggml [T, C]
+    alpha = rng.uniform(0.2, 2.0, (C, 1)).astype(np.float32)      # ggml [1, C]
+    inv = (1.0 / (alpha.astype(np.float64) + 1e-9)).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.snake(ctx, x, ws["a"], ws["ib"]), {"x": x}, {"a": alpha, "ib": inv})
+    x64 = x.astype(np.float64)
+    want = x64 + np.sin(alpha * x64) ** 2 / (alpha.astype(np.float64) + 1e-9)
+    assert np.max(np.abs(y - want)) < 1e-5
+
+
+def test_embedding(run, rng):
+    table = rng.standard_normal((50, 16)).astype(np.float32)     # torch (N, C) = ggml [C, N]
+    ids = rng.integers(0, 50, 23).astype(np.int32)
+    y = run(lambda ctx, ws, ids: nn.embedding(ctx, ws["t"], ids), {"ids": ids}, {"t": table})
+    np.testing.assert_array_equal(y, table[ids])
+
+
+# ------------------------------------------------------------------------------------------ rope, attention
+def rope_neox_ref(x: np.ndarray, pos: np.ndarray, theta: float) -> np.ndarray:
+    """x (T, H, D): HF's rotate_half convention (pairs i and i + D/2)."""
+    D = x.shape[-1]
+    inv = theta ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+    ang = pos[:, None].astype(np.float64) * inv[None]                # (T, D/2)
+    cos, sin = np.cos(np.concatenate([ang, ang], -1)), np.sin(np.concatenate([ang, ang], -1))
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    rot = np.concatenate([-x2, x1], -1)
+    return x * cos[:, None] + rot * sin[:, None]
+
+
+def test_rope_neox(run, rng):
+    T, H, D = 9, 3, 128
+    x = rng.standard_normal((T, H, D)).astype(np.float32)         # ggml [D, H, T]
+    pos = np.concatenate([np.arange(6), np.arange(3)]).astype(np.int32) * 37  # packed rows restart at 0
+    y = run(lambda ctx, ws, x, pos: nn.rope_neox(ctx, x, pos, 1e6), {"x": x, "pos": pos})
+    assert rel_err(y, rope_neox_ref(x.astype(np.float64), pos, 1e6)) < 1e-5
+
+
+def attention_ref(q, k, v, mask, scale):
+    """q (T, Hq, D), k/v (S, Hkv, D), additive mask (T, S) -> (T, Hq*D)."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = np.einsum("thd,shd->hts", q, k) * scale + mask[None]
+    s = np.exp(s - s.max(-1, keepdims=True))
+    p = s / s.sum(-1, keepdims=True)
+    return np.einsum("hts,shd->thd", p, v).reshape(q.shape[0], -1)
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_attention_block_mask_gqa(run, runtime, rng, flash):
+    if flash and not runtime.supports_flash_attn():
+        pytest.skip(f"{runtime.device.spec} has no flash attention")  # the plain path is tested regardless
+    T, Hq, Hkv, D = 20, 4, 2, 128
+    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
+    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    # two packed sequences of 13 and 7 positions, each attending only to itself (bidirectional)
+    seg = np.array([0] * 13 + [1] * 7)
+    mask = np.where(seg[:, None] == seg[None, :], 0.0, -np.inf).astype(np.float32)
+    mask_in = mask.astype(np.float16) if flash else mask
+    scale = 1 / math.sqrt(D)
+    y = run(lambda ctx, ws, q, k, v, m: nn.attention(ctx, q, k, v, m, scale, flash),
+            {"q": q, "k": k, "v": v, "m": mask_in})
+    want = attention_ref(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), mask, scale)
+    # flash attention rounds K and V to F16
+    assert rel_err(y, want) < (3e-3 if flash else 1e-5)
+
+
+# --------------------------------------------------------------------------------------------- convolution
+def conv1d_ref(x, w, b, stride, padding, dilation, groups):
+    """x (IC, T), w (OC, IC/g, K) -> (OC, T_out), PyTorch semantics."""
+    IC, T = x.shape
+    OC, ICg, K = w.shape
+    xp = np.pad(x, ((0, 0), (padding, padding)))
+    t_out = (T + 2 * padding - dilation * (K - 1) - 1) // stride + 1
+    y = np.zeros((OC, t_out))
+    ocg = OC // groups
+    for oc in range(OC):
+        g = oc // ocg
+        for k in range(K):
+            seg = xp[g * ICg:(g + 1) * ICg, k * dilation: k * dilation + stride * (t_out - 1) + 1: stride]
+            y[oc] += w[oc, :, k] @ seg
+    return y + (b[:, None] if b is not None else 0)
+
+
+@pytest.mark.parametrize("stride,padding,dilation,groups,K",
+                         [(1, 3, 1, 1, 7), (1, 9, 3, 1, 7), (1, 27, 9, 1, 7), (5, 0, 1, 1, 10), (2, 0, 1, 1, 3),
+                          (1, 8, 1, 4, 16), (2, 1, 1, 1, 4), (1, 0, 1, 1, 1)])
+def test_conv1d(run, rng, stride, padding, dilation, groups, K):
+    IC, OC, T = 8, 12, 57
+    x = rng.standard_normal((IC, T)).astype(np.float32)            # ggml [T, IC]
+    w = rng.standard_normal((OC, IC // groups, K)).astype(np.float32)
+    b = rng.standard_normal(OC).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.conv1d(ctx, x, ws["w"], ws["b"], stride, padding, dilation, groups),
+            {"x": x}, {"w": w, "b": b})
+    want = conv1d_ref(x.astype(np.float64), w.astype(np.float64), b, stride, padding, dilation, groups)
+    assert y.shape == want.shape
+    assert rel_err(y, want) < 1e-5
+
+
+def conv_transpose1d_ref(x, w, b, stride, padding, output_padding):
+    """x (IC, T), w (IC, OC, K) -> (OC, T_out), PyTorch ConvTranspose1d semantics (scatter form)."""
+    IC, T = x.shape
+    _, OC, K = w.shape
+    t_out = (T - 1) * stride - 2 * padding + K + output_padding
+    y = np.zeros((OC, t_out))
+    for t in range(T):
+        for k in range(K):
+            o = t * stride - padding + k
+            if 0 <= o < t_out:
+                y[:, o] += x[:, t] @ w[:, :, k]
+    return y + b[:, None]
+
+
+@pytest.mark.parametrize("stride", [8, 5, 4, 2, 3])
+def test_conv_transpose1d_dac_strides(run, rng, stride):
+    """The DAC decoder's blocks: K = 2s, padding ceil(s/2), output_padding s % 2 -> exactly s * T samples."""
+    IC, OC, T = 6, 5, 11
+    K, p, op = 2 * stride, math.ceil(stride / 2), stride % 2
+    x = rng.standard_normal((IC, T)).astype(np.float32)
+    w = rng.standard_normal((IC, OC, K)).astype(np.float32)
+    b = rng.standard_normal(OC).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.conv_transpose1d(ctx, x, ws["w"], ws["b"], stride, p, op, OC),
+            {"x": x}, {"w": nn.conv_transpose_weight(w), "b": b})
+    want = conv_transpose1d_ref(x.astype(np.float64), w.astype(np.float64), b, stride, p, op)
+    assert y.shape == (OC, stride * T) == want.shape
+    assert rel_err(y, want) < 1e-5
+    # the last sample of an odd stride holds real overlap-added signal (NOTES.md: the exactness trap)
+    assert abs(want[:, -1] - b).max() > 1e-3
+
+
+# ------------------------------------------------------------------------------------------------- RVQ search
+def test_nearest_code(run, rng):
+    D, N, T = 8, 300, 40
+    book = rng.standard_normal((N, D)).astype(np.float32)          # ggml [D, N]
+    x = (book[rng.integers(0, N, T)] + 0.3 * rng.standard_normal((T, D))).astype(np.float32)  # ggml [D, T]
+    sq = (book.astype(np.float64) ** 2).sum(1).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.nearest_code(ctx, x, ws["book"], ws["sq"]), {"x": x}, {"book": book, "sq": sq})
+    d = ((x[:, None, :].astype(np.float64) - book[None].astype(np.float64)) ** 2).sum(-1)
+    np.testing.assert_array_equal(y, d.argmin(1))
