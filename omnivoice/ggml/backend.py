@@ -149,12 +149,13 @@ class Runtime:
     def is_gpu(self) -> bool:
         return self.device.kind != "cpu"
 
-    def supports_flash_attn(self) -> bool:
-        """Whether the primary backend runs ggml_flash_attn_ext (probed once with a tiny graph)."""
-        if not hasattr(self, "_fa"):
+    def supports_flash_attn(self, head_dim: int = 128) -> bool:
+        """Whether the primary backend runs ggml_flash_attn_ext for this head size (probed once per size)."""
+        cache = self.__dict__.setdefault("_fa", {})
+        if head_dim not in cache:
             from .graph import probe_flash_attn
-            self._fa = probe_flash_attn(self)
-        return self._fa
+            cache[head_dim] = probe_flash_attn(self, head_dim)
+        return cache[head_dim]
 
     def close(self) -> None:
         for b in reversed(self._backends):

@@ -1,0 +1,186 @@
+"""The LM on a runtime: weights loaded once, one graph per chunk shape, replayed across the MaskGIT steps.
+
+A chunk is one or more prompts decoded together. Each prompt contributes its conditional row (the full prompt)
+and its unconditional row (only the target's mask tokens, positions from 0), packed side by side into one
+sequence with a block-diagonal attention mask: the same function as the reference's padded batch without the
+padded work. Between steps only the target tokens change; the graph, its allocation and every other input stay.
+The guidance combination, log-softmax, argmax and max run in the graph, so a greedy step reads back 8 bytes per
+target token instead of the logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ggml import Graph, Runtime, WeightStore, lib, open_gguf, read_metadata
+from ..models import lm as lm_graph
+from ..models.lm import ARCH, LMConfig
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: conditional input ids int32 [C, L], its audio mask bool [L], and the target length T."""
+
+    input_ids: np.ndarray
+    audio_mask: np.ndarray
+    n_target: int
+
+    def __post_init__(self):
+        ids, mask = np.asarray(self.input_ids), np.asarray(self.audio_mask)
+        if ids.ndim != 2 or mask.shape != (ids.shape[1],):
+            raise ValueError(f"prompt ids {ids.shape} and audio mask {mask.shape} do not match ([C, L] and [L])")
+        if not 0 < self.n_target <= ids.shape[1]:
+            raise ValueError(f"target length {self.n_target} must lie in 1..{ids.shape[1]}")
+        if not mask[-self.n_target:].all():
+            raise ValueError("the target positions (the last n_target) must be audio positions")
+
+
+class LanguageModel:
+    """OmniVoice's LM loaded from an `omnivoice-lm` GGUF onto a runtime."""
+
+    def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None) -> None:
+        self.runtime = runtime
+        self.cfg = LMConfig.from_metadata(read_metadata(open_gguf(path, expect_arch=ARCH)))
+        # -inf on the mask id: the greedy pick in the graph never emits it.
+        class_bias = np.zeros(self.cfg.audio_vocab, np.float32)
+        class_bias[self.cfg.audio_mask_id] = -np.inf
+        self.weights = WeightStore.from_gguf(runtime, path, expect_arch=ARCH,
+                                             derived={"omnivoice.class_bias": lambda _: class_bias})
+        if flash_attn is None:
+            flash_attn = runtime.supports_flash_attn(self.cfg.head_dim)
+        self.flash_attn = flash_attn
+
+    @property
+    def metadata(self) -> dict:
+        return self.weights.metadata
+
+    def session(self, prompts: list[Prompt], guidance_scale: float, greedy: bool,
+                with_logits: bool = False) -> "ChunkSession":
+        """A graph for these prompts' shapes, ready to be stepped."""
+        return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)
+
+    def close(self) -> None:
+        self.weights.close()
+
+
+class ChunkSession:
+    """One chunk's graph: `step(tokens)` runs the LM on the prompts with their current target tokens."""
+
+    def __init__(self, model: LanguageModel, prompts: list[Prompt], guidance_scale: float, greedy: bool,
+                 with_logits: bool) -> None:
+        cfg = model.cfg
+        self.model, self.cfg, self.prompts = model, cfg, list(prompts)
+        self.greedy, self.with_logits, self.guidance_scale = greedy, with_logits, guidance_scale
+        C = cfg.n_codebook
+        for p in self.prompts:
+            if p.input_ids.shape[0] != C:
+                raise ValueError(f"prompt has {p.input_ids.shape[0]} codebook rows, the model {C}")
+
+        # Packed layout: [cond_0 | uncond_0 | cond_1 | uncond_1 | ...]
+        segments, starts = [], []
+        for p in self.prompts:
+            Lc, T = p.input_ids.shape[1], p.n_target
+            starts.append((sum(segments), sum(segments) + Lc))
+            segments += [Lc, T]
+        L = sum(segments)
+        self.L, self.starts = L, starts
+
+        text_ids = np.zeros(L, np.int32)
+        audio_mask = np.zeros(L, np.float32)
+        pos = np.zeros(L, np.int32)
+        seg_id = np.repeat(np.arange(len(segments)), segments)
+        self._ids = np.zeros((C, L), np.int64)  # unshifted ids of every position
+        for (c0, u0), p in zip(starts, self.prompts):
+            Lc, T = p.input_ids.shape[1], p.n_target
+            ids = np.asarray(p.input_ids, np.int64)
+            self._ids[:, c0:c0 + Lc] = ids
+            self._ids[:, u0:u0 + T] = ids[:, Lc - T:]
+            audio_mask[c0:c0 + Lc] = np.asarray(p.audio_mask, np.float32)
+            audio_mask[u0:u0 + T] = 1.0
+            pos[c0:c0 + Lc] = np.arange(Lc)
+            pos[u0:u0 + T] = np.arange(T)
+        text_ids[:] = self._ids[0]
+        self._offsets = (np.arange(C, dtype=np.int64) * cfg.audio_vocab)[:, None]
+        self._audio_mask = audio_mask
+        kq_mask = np.where(seg_id[:, None] == seg_id[None, :], 0.0, -np.inf).astype(np.float32)  # [L(q), L(k)]
+
+        flash = model.flash_attn
+        self.graph = g = Graph(model.runtime)
+        w = model.weights
+        t_text = g.input("text_ids", np.int32, (L,))
+        t_audio = g.input("audio_ids", np.int32, (C * L,))
+        t_mask = g.input("audio_mask", np.float32, (L,))
+        t_pos = g.input("pos", np.int32, (L,))
+        t_kq = g.input("kq_mask", np.float16 if flash else np.float32, (L, L))
+        h = lm_graph.hidden_states(g.ctx, w, cfg, t_text, t_audio, t_mask, t_pos, t_kq, flash)   # [n_embd, L]
+
+        outs_pred, outs_score, outs_lp = [], [], []
+        for i, ((c0, u0), p) in enumerate(zip(starts, self.prompts)):
+            Lc, T = p.input_ids.shape[1], p.n_target
+            cond = lm_graph.audio_logits(g.ctx, w, cfg, lm_graph.columns(g.ctx, h, c0 + Lc - T, T))  # [V, C, T]
+            uncond = lm_graph.audio_logits(g.ctx, w, cfg, lm_graph.columns(g.ctx, h, u0, T))
+            if with_logits:
+                g.output(f"cond_logits_{i}", cond)
+                g.output(f"uncond_logits_{i}", uncond)
+            cond2 = lib.ggml_reshape_2d(g.ctx, cond, cfg.audio_vocab, C * T)                       # [V, C*T]
+            uncond2 = lib.ggml_reshape_2d(g.ctx, uncond, cfg.audio_vocab, C * T)
+            lp = lm_graph.guided_log_probs(g.ctx, cond2, uncond2, guidance_scale)                   # [V, C*T]
+            if greedy:
+                pred, score = lm_graph.greedy_pick(g.ctx, lp, w["omnivoice.class_bias"])
+                outs_pred.append(g.output(f"pred_{i}", pred))
+                outs_score.append(g.output(f"score_{i}", score))
+            else:
+                outs_lp.append(g.output(f"log_probs_{i}", lp))
+        g.allocate()
+        g.set_input("text_ids", text_ids)
+        g.set_input("audio_mask", audio_mask)
+        g.set_input("pos", pos)
+        g.set_input("kq_mask", kq_mask.astype(np.float16) if flash else kq_mask)
+
+    def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:
+        ids = self._ids.copy()
+        for (c0, u0), p, tok in zip(self.starts, self.prompts, tokens):
+            Lc, T = p.input_ids.shape[1], p.n_target
+            tok = np.asarray(tok)
+            if tok.shape != (self.cfg.n_codebook, T):
+                raise ValueError(f"tokens of shape {tok.shape}, expected {(self.cfg.n_codebook, T)}")
+            ids[:, c0 + Lc - T:c0 + Lc] = tok
+            ids[:, u0:u0 + T] = tok
+        # The reference embeds ids * audio_mask + offset: non-audio positions read each codebook's row 0.
+        shifted = ids * (self._audio_mask > 0) + self._offsets
+        return shifted.astype(np.int32).reshape(-1)
+
+    def step(self, tokens: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """Run the LM with each prompt's current target tokens int32 [C, T]; per prompt, a dict of:
+
+        greedy: `pred` int32 [C, T] (argmax of the guided log-probs, mask id excluded) and `score` float32
+        [C, T] (their max); otherwise `log_probs` float32 [C, T, V] (guided, mask column not yet excluded);
+        with_logits: also `cond_logits` and `uncond_logits` float32 [C, T, V] (raw).
+        """
+        out = self.graph.compute(audio_ids=self._audio_ids(tokens))
+        C = self.cfg.n_codebook
+        results = []
+        for i, p in enumerate(self.prompts):
+            T = p.n_target
+            r = {}
+            if self.greedy:
+                r["pred"] = out[f"pred_{i}"].reshape(T, C).T.copy()
+                r["score"] = out[f"score_{i}"].reshape(T, C).T.copy()
+            else:
+                r["log_probs"] = out[f"log_probs_{i}"].reshape(T, C, -1).transpose(1, 0, 2).copy()
+            if self.with_logits:
+                for name in ("cond_logits", "uncond_logits"):
+                    r[name] = out[f"{name}_{i}"].reshape(T, C, -1).transpose(1, 0, 2).copy()
+            results.append(r)
+        return results
+
+    def close(self) -> None:
+        self.graph.close()
+
+    def __enter__(self) -> "ChunkSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
