@@ -27,3 +27,34 @@ def rng(request) -> np.random.Generator:
     import zlib
 
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """The tiny random-weight checkpoint in the Hugging Face layout (seed 0: what the goldens were made from)."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("ckpt") / "tiny"
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_checkpoint.py"), "--preset", "tiny", "--seed", "0",
+                    "-o", str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_checkpoint, tmp_path_factory):
+    """The tiny checkpoint converted: {'f32'|'f16'|'bf16'|'q8_0': LM GGUF path, 'codec': codec GGUF path}."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("gguf")
+    paths = {}
+    for quant in ("f32", "f16", "bf16", "q8_0"):
+        subprocess.run([sys.executable, "-m", "omnivoice.convert", str(tiny_checkpoint), "-o", str(out),
+                        "--quant", quant], check=True, capture_output=True, cwd=ROOT)
+        paths[quant] = out / f"omnivoice-base-{quant.upper()}.gguf"
+    paths["codec"] = out / "omnivoice-tokenizer-F32.gguf"
+    return paths

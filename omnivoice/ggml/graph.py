@@ -124,6 +124,9 @@ class Graph:
         t = new_tensor(self.ctx, types.from_numpy(dtype) if not isinstance(dtype, int) else dtype, shape)
         set_name(t, name)
         lib.ggml_set_input(t)
+        # The allocator frees an input once its last consumer ran; flagging it as an output too keeps its
+        # memory, so inputs set once (masks, positions) survive into every replay of the graph.
+        lib.ggml_set_output(t)
         self._inputs[name] = t
         return t
 

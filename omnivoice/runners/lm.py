@@ -49,7 +49,9 @@ class LanguageModel:
         self.weights = WeightStore.from_gguf(runtime, path, expect_arch=ARCH,
                                              derived={"omnivoice.class_bias": lambda _: class_bias})
         if flash_attn is None:
-            flash_attn = runtime.supports_flash_attn(self.cfg.head_dim)
+            # The CPU's flash kernel accumulates V in F16 (errors ~1e-2 in the logits, enough to flip tokens):
+            # there the plain F32 path is both exact and about as fast. GPUs accumulate in F32.
+            flash_attn = runtime.is_gpu and runtime.supports_flash_attn(self.cfg.head_dim)
         self.flash_attn = flash_attn
 
     @property

@@ -1,0 +1,267 @@
+"""Orchestration: text in, tokens and audio out, exactly in the order the reference works.
+
+    estimate the target length -> single shot, or chunk the text by punctuation (long form)
+    -> per chunk: build the prompt, run MaskGIT on the LM -> decode every chunk with the codec
+    -> cross-fade the chunks -> post-process (silence, loudness, fade and pad)
+
+In auto and design modes chunk 0 is generated without a voice prompt and its tokens (with its text) become
+the voice prompt of every later chunk; in cloning every chunk uses the user's voice prompt. One random
+generator is threaded through all chunks, as the reference's global generator is.
+This module holds no model math and no file formats: it calls text/, generate/, audio/ and the runners.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+
+from .audio import postprocess as post
+from .generate.maskgit import GenerationConfig, generate
+from .generate.philox import CudaPhiloxGenerator
+from .text.chunking import chunk_text_punctuation, needs_chunking, plan_chunks, ChunkPlan
+from .text.duration import duration_to_tokens, estimate_target_tokens
+from .text.prompt import build_prompt
+
+log = logging.getLogger("omnivoice")
+
+ProgressCallback = Callable[[int, int], None]
+"""progress(done, total): MaskGIT steps done so far and in all, over every chunk."""
+CancelCallback = Callable[[], bool]
+"""cancel() -> True to stop; polled before every MaskGIT step."""
+
+
+class Cancelled(RuntimeError):
+    """Synthesis was stopped by the cancel callback."""
+
+
+@dataclass(frozen=True)
+class VoicePrompt:
+    """A voice to clone: the reference clip's codes int32 [8, T], its transcript, and its loudness (RMS)."""
+
+    codes: np.ndarray
+    text: str
+    rms: Optional[float] = None
+
+    def __post_init__(self):
+        codes = np.asarray(self.codes)
+        if codes.ndim != 2 or codes.shape[1] == 0:
+            raise ValueError(f"voice prompt codes must be [codebooks, frames] with frames > 0, got {codes.shape}")
+        if not self.text or not self.text.strip():
+            raise ValueError("voice prompt needs the transcript of its reference audio (ref_text)")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that shapes one synthesis; defaults are the reference's."""
+
+    language: Optional[str] = None          # resolved language id, or None
+    instruct: Optional[str] = None          # resolved instruct, or None
+    duration: Optional[float] = None        # seconds; None estimates from the text
+    speed: float = 1.0
+    denoise: bool = True
+    sampler: GenerationConfig = field(default_factory=GenerationConfig)
+    seed: Optional[int] = None
+    postprocess_output: bool = True
+    chunk_duration: float = 15.0
+    chunk_threshold: float = 30.0
+    pad_duration: float = 0.1
+    fade_duration: float = 0.1
+
+
+@dataclass
+class SynthesisResult:
+    """Audio (float32 mono in [-1, 1]), its sample rate, and the int32 [8, T] tokens of every chunk."""
+
+    audio: np.ndarray
+    sample_rate: int
+    tokens: list[np.ndarray]
+    texts: list[str]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+
+@dataclass
+class Chunk:
+    """One MaskGIT call: its text, target length, and voice prompt (None, or codes with their text)."""
+
+    text: str
+    n_target: int
+    ref_codes: Optional[np.ndarray]
+    ref_text: Optional[str]
+
+
+class Pipeline:
+    """Runs synthesis on loaded parts: `lm` (runners.lm.LanguageModel), `codec` (runners.codec), `tokenizer`."""
+
+    def __init__(self, lm, codec, tokenizer) -> None:
+        self.lm, self.codec, self.tokenizer = lm, codec, tokenizer
+        self.frame_rate = int(codec.frame_rate)
+        self.sample_rate = int(codec.sample_rate)
+
+    # ------------------------------------------------------------------------------------------ planning
+    def plan(self, text: str, settings: Settings, voice: Optional[VoicePrompt]) -> list[ChunkPlan]:
+        """The chunks of one text, as the reference's _preprocess_all and _generate_chunked decide them."""
+        if not text or not text.strip():
+            raise ValueError("text is empty: nothing to synthesize")
+        ref_text = voice.text if voice else None
+        n_ref = int(voice.codes.shape[1]) if voice else None
+        speed = settings.speed
+        est = estimate_target_tokens(text, ref_text, n_ref, speed=1.0 if settings.duration else speed)
+        if settings.duration is not None:
+            if not settings.duration > 0:
+                raise ValueError(f"duration must be > 0 seconds, got {settings.duration}")
+            target = duration_to_tokens(settings.duration, self.frame_rate)
+            speed = est / target
+            est = target
+        if settings.chunk_duration <= 0 or not needs_chunking(est, settings.chunk_threshold, self.frame_rate):
+            return [ChunkPlan(text, est, "prompt" if voice else None, ref_text, n_ref)]
+        return plan_chunks(text, est, settings.chunk_duration, self.frame_rate, ref_text=ref_text,
+                           num_ref_audio_tokens=n_ref, speed=speed)
+
+    # ------------------------------------------------------------------------------------------ generation
+    def generate_chunk(self, chunk: Chunk, settings: Settings, rng: Optional[CudaPhiloxGenerator],
+                       on_step: Optional[Callable[[int], None]] = None,
+                       dump: Optional[Path] = None, index: int = 0) -> np.ndarray:
+        """MaskGIT for one chunk -> int32 [8, T]."""
+        cfg = self.lm.cfg
+        prompt = build_prompt(self.tokenizer, chunk.text, chunk.n_target, ref_text=chunk.ref_text,
+                              ref_audio_tokens=chunk.ref_codes, lang=settings.language,
+                              instruct=settings.instruct, denoise=settings.denoise,
+                              num_codebooks=cfg.n_codebook, audio_mask_id=cfg.audio_mask_id)
+        from .runners.lm import Prompt  # the runner's own prompt type; text/ stays free of ggml
+
+        lm_prompt = Prompt(prompt.cond_ids, prompt.audio_mask, prompt.num_target_tokens)
+        greedy = settings.sampler.class_temperature == 0
+        want_logits = dump is not None and index == 0
+        with self.lm.session([lm_prompt], settings.sampler.guidance_scale, greedy, with_logits=want_logits) as s:
+            guided = _GuidedChunk(s, cfg.audio_mask_id)
+            if want_logits:
+                np.save(dump / "prompt_ids.npy", prompt.cond_ids.astype(np.int32))
+                first = s.step([prompt.uncond_ids])[0]
+                np.save(dump / "logits0.npy", first["cond_logits"].astype(np.float32))
+            tokens = generate(guided, chunk.n_target, settings.sampler, rng, num_codebooks=cfg.n_codebook,
+                              mask_id=cfg.audio_mask_id,
+                              on_step=(lambda step, *_: on_step(step)) if on_step else None)
+        if dump is not None:
+            np.save(dump / f"tokens_{index}.npy", tokens.astype(np.int32))
+        return tokens
+
+    def generate_tokens(self, text: str, settings: Settings, voice: Optional[VoicePrompt],
+                        progress: Optional[ProgressCallback] = None, cancel: Optional[CancelCallback] = None,
+                        dump: Optional[Path] = None, rng: Optional[CudaPhiloxGenerator] = None,
+                        ) -> tuple[list[np.ndarray], list[str]]:
+        """Every chunk's tokens for one text (and the chunk texts)."""
+        plans = self.plan(text, settings, voice)
+        if rng is None:
+            rng = make_rng(settings.seed)
+        total = len(plans) * settings.sampler.num_step
+        done = [0]
+
+        def on_step(_step: int) -> None:
+            if cancel is not None and cancel():
+                raise Cancelled("synthesis cancelled")
+            done[0] += 1
+            if progress is not None:
+                progress(done[0], total)
+
+        if cancel is not None and cancel():
+            raise Cancelled("synthesis cancelled")
+        if dump is not None:
+            dump.mkdir(parents=True, exist_ok=True)
+        tokens: list[np.ndarray] = []
+        for i, plan in enumerate(plans):
+            if plan.ref == "prompt":
+                ref_codes, ref_text = voice.codes, voice.text
+            elif plan.ref == "chunk0":
+                ref_codes, ref_text = tokens[0], plans[0].text
+            else:
+                ref_codes, ref_text = None, None
+            log.debug("chunk %d/%d: %d frames, %r", i + 1, len(plans), plan.num_target_tokens, plan.text[:60])
+            tokens.append(self.generate_chunk(Chunk(plan.text, plan.num_target_tokens, ref_codes, ref_text),
+                                              settings, rng, on_step, dump, i))
+            # steps a short chunk skips (nothing to unmask) still count toward the total
+            done[0] = (i + 1) * settings.sampler.num_step
+            if progress is not None:
+                progress(done[0], total)
+        return tokens, [p.text for p in plans]
+
+    # ------------------------------------------------------------------------------------------ audio
+    def decode(self, tokens: list[np.ndarray]) -> list[np.ndarray]:
+        """Decode every chunk's codes to audio (before post-processing)."""
+        return self.codec.decode_many(tokens)
+
+    def finish(self, chunks_audio: list[np.ndarray], voice: Optional[VoicePrompt], settings: Settings
+               ) -> np.ndarray:
+        """Cross-fade and post-process decoded chunks into the final waveform."""
+        return post.postprocess_output(chunks_audio if len(chunks_audio) > 1 else chunks_audio[0],
+                                       self.sample_rate, voice.rms if voice else None,
+                                       postprocess=settings.postprocess_output,
+                                       pad_duration=settings.pad_duration, fade_duration=settings.fade_duration)
+
+    def synthesize(self, text: str, settings: Settings, voice: Optional[VoicePrompt] = None,
+                   progress: Optional[ProgressCallback] = None, cancel: Optional[CancelCallback] = None,
+                   dump: Optional[Path] = None) -> SynthesisResult:
+        """Text -> final audio, single shot or long form."""
+        t0 = time.perf_counter()
+        tokens, texts = self.generate_tokens(text, settings, voice, progress, cancel, dump)
+        t1 = time.perf_counter()
+        audio = self.decode(tokens)
+        t2 = time.perf_counter()
+        final = self.finish(audio, voice, settings)
+        t3 = time.perf_counter()
+        return SynthesisResult(final.astype(np.float32, copy=False), self.sample_rate, tokens, texts,
+                               {"generate": t1 - t0, "decode": t2 - t1, "postprocess": t3 - t2})
+
+    def stream(self, text: str, settings: Settings, voice: Optional[VoicePrompt] = None,
+               cancel: Optional[CancelCallback] = None) -> Iterator[np.ndarray]:
+        """Yield finished audio sentence by sentence.
+
+        Sentences come from the reference's punctuation chunker with a budget of one sentence. Without a
+        voice prompt, the first sentence's tokens and text become the voice of the rest, as chunk 0 does in
+        long form, so the speaker stays the same.
+        """
+        sentences = chunk_text_punctuation(text, chunk_len=0, min_chunk_len=3) or [text.strip()]
+        rng = make_rng(settings.seed)
+        single = replace(settings, chunk_duration=0.0)
+        for sentence in sentences:
+            if not sentence.strip():
+                continue
+            tokens, _ = self.generate_tokens(sentence, single, voice, cancel=cancel, rng=rng)
+            audio = self.finish(self.decode(tokens), voice, settings)
+            if voice is None:
+                voice = VoicePrompt(tokens[0], sentence, None)
+            yield audio.astype(np.float32, copy=False)
+
+
+def make_rng(seed: Optional[int]) -> CudaPhiloxGenerator:
+    """The Philox generator for one synthesis; a random seed when none is given."""
+    if seed is None or seed < 0:
+        seed = int.from_bytes(os.urandom(8), "little") >> 1
+    return CudaPhiloxGenerator(seed)
+
+
+class _GuidedChunk:
+    """Adapts a one-prompt runner session to the MaskGIT loop's GuidedLM protocol."""
+
+    def __init__(self, session, mask_id: int) -> None:
+        self.session, self.mask_id = session, mask_id
+
+    def guided_argmax(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        r = self.session.step([tokens])[0]
+        if "pred" in r:
+            return r["pred"], r["score"]
+        lp = r["log_probs"]
+        lp[..., self.mask_id] = -np.inf
+        return lp.argmax(-1).astype(np.int32), lp.max(-1)
+
+    def guided_log_probs(self, tokens: np.ndarray) -> np.ndarray:
+        return self.session.step([tokens])[0]["log_probs"]

@@ -1,0 +1,116 @@
+"""The LM graph against an independent float64 numpy forward on the tiny random checkpoint.
+
+Covers the packed cond/uncond layout (block mask, positions restarting at 0), the hybrid text/audio input
+embedding, the in-graph guidance + log-softmax + greedy pick, and several prompts in one chunk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from omnivoice.runners.lm import LanguageModel, Prompt
+
+from .lm_reference import forward, guided
+
+
+@pytest.fixture(scope="module")
+def ref_weights(tiny_checkpoint):
+    return {k: v.astype(np.float64) for k, v in load_file(str(tiny_checkpoint / "model.safetensors")).items()
+            if v.dtype.kind == "f"}
+
+
+@pytest.fixture(scope="module")
+def lm(runtime, tiny_gguf):
+    model = LanguageModel(runtime, tiny_gguf["f32"])
+    yield model
+    model.close()
+
+
+def ref_cfg(lm):
+    c = lm.cfg
+    return dict(n_layer=c.n_layer, n_head=c.n_head, n_head_kv=c.n_head_kv, head_dim=c.head_dim, eps=c.rms_eps,
+                theta=c.rope_theta, n_codebook=c.n_codebook, audio_vocab=c.audio_vocab)
+
+
+def random_prompt(rng, n_text: int, n_ref: int, n_target: int, C: int = 8, mask_id: int = 1024) -> Prompt:
+    """Text ids broadcast over the codebooks, optional reference codes, then the (partly unmasked) target."""
+    text = np.repeat(rng.integers(0, 151_000, n_text)[None], C, 0)
+    ref = rng.integers(0, 1024, (C, n_ref))
+    target = np.where(rng.random((C, n_target)) < 0.6, mask_id, rng.integers(0, 1024, (C, n_target)))
+    ids = np.concatenate([text, ref, target], 1).astype(np.int32)
+    mask = np.zeros(ids.shape[1], bool)
+    mask[n_text:] = True
+    return Prompt(ids, mask, n_target)
+
+
+@pytest.mark.parametrize("flash", [False, True])
+def test_step0_logits_match_numpy(lm, ref_weights, rng, runtime, flash):
+    if flash and not runtime.supports_flash_attn(lm.cfg.head_dim):
+        pytest.skip(f"no flash attention for head_dim {lm.cfg.head_dim} on {runtime.device.spec}")
+    lm.flash_attn, saved = flash, lm.flash_attn
+    try:
+        p = random_prompt(rng, 23, 17, 31)
+        with lm.session([p], guidance_scale=2.0, greedy=True, with_logits=True) as s:
+            out = s.step([p.input_ids[:, -p.n_target:]])[0]
+    finally:
+        lm.flash_attn = saved
+    cfg = ref_cfg(lm)
+    cond = forward(ref_weights, cfg, p.input_ids.astype(np.int64), p.audio_mask)[:, -p.n_target:]
+    T = p.n_target
+    uncond = forward(ref_weights, cfg, p.input_ids[:, -T:].astype(np.int64), p.audio_mask[-T:])
+    scale = np.abs(cond).max()
+    # F32 end to end; flash attention rounds K and V to F16.
+    bound = 2e-3 if flash else 1e-5
+    assert np.abs(out["cond_logits"] - cond).max() / scale < bound
+    assert np.abs(out["uncond_logits"] - uncond).max() / scale < bound
+
+    lp = guided(cond, uncond, 2.0)
+    lp[..., 1024] = -np.inf
+    if not flash:
+        np.testing.assert_array_equal(out["pred"], lp.argmax(-1))
+    np.testing.assert_allclose(out["score"], lp.max(-1), atol=1e-4 if not flash else 2e-2)
+
+
+def test_sampled_path_returns_guided_log_probs(lm, ref_weights, rng):
+    p = random_prompt(rng, 11, 0, 20)
+    with lm.session([p], guidance_scale=3.0, greedy=False, with_logits=True) as s:
+        out = s.step([p.input_ids[:, -p.n_target:]])[0]
+    want = guided(out["cond_logits"].astype(np.float64), out["uncond_logits"].astype(np.float64), 3.0)
+    np.testing.assert_allclose(out["log_probs"], want, atol=1e-4)
+
+
+def test_several_prompts_in_one_chunk_are_independent(lm, rng):
+    """Packing prompts side by side must not let them see each other (plain attention: exact in F32)."""
+    lm.flash_attn, saved = False, lm.flash_attn
+    a, b = random_prompt(rng, 9, 5, 12), random_prompt(rng, 14, 0, 7)
+    tok = lambda p: p.input_ids[:, -p.n_target:]  # noqa: E731
+    with lm.session([a, b], 2.0, greedy=True, with_logits=True) as s:
+        both = s.step([tok(a), tok(b)])
+    for p, got in zip((a, b), both):
+        with lm.session([p], 2.0, greedy=True, with_logits=True) as s:
+            alone = s.step([tok(p)])[0]
+        np.testing.assert_allclose(got["cond_logits"], alone["cond_logits"], atol=1e-5)
+        np.testing.assert_array_equal(got["pred"], alone["pred"])
+    lm.flash_attn = saved
+
+
+def test_replay_updates_only_the_target(lm, rng):
+    """A replayed graph with new tokens equals a freshly built one."""
+    p = random_prompt(rng, 10, 0, 16)
+    new = rng.integers(0, 1024, (8, 16)).astype(np.int32)
+    with lm.session([p], 2.0, greedy=True) as s:
+        s.step([p.input_ids[:, -16:]])
+        replayed = s.step([new])[0]
+    with lm.session([p], 2.0, greedy=True) as s:
+        fresh = s.step([new])[0]
+    np.testing.assert_array_equal(replayed["pred"], fresh["pred"])
+    np.testing.assert_allclose(replayed["score"], fresh["score"], atol=1e-6)
+
+
+def test_bad_tokens_shape_is_a_clear_error(lm, rng):
+    p = random_prompt(rng, 5, 0, 6)
+    with lm.session([p], 2.0, greedy=True) as s:
+        with pytest.raises(ValueError, match="tokens of shape"):
+            s.step([np.zeros((8, 5), np.int32)])
