@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +25,7 @@ import numpy as np
 from .audio import postprocess as post
 from .generate.maskgit import GenerationConfig, generate
 from .generate.philox import CudaPhiloxGenerator
-from .text.chunking import chunk_text_punctuation, needs_chunking, plan_chunks, ChunkPlan
+from .text.chunking import ABBREVIATIONS, ChunkPlan, needs_chunking, plan_chunks
 from .text.duration import duration_to_tokens, estimate_target_tokens
 from .text.prompt import build_prompt
 
@@ -54,6 +55,32 @@ class VoicePrompt:
             raise ValueError(f"voice prompt codes must be [codebooks, frames] with frames > 0, got {codes.shape}")
         if not self.text or not self.text.strip():
             raise ValueError("voice prompt needs the transcript of its reference audio (ref_text)")
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the codes and loudness as a .rvq file and the transcript beside it (PATH.txt), atomically."""
+        from .audio.io import atomic_write_text
+        from .codec import save_rvq
+
+        save_rvq(path, self.codes, ref_rms=self.rms)
+        atomic_write_text(transcript_path(path), self.text)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, text: Optional[str] = None) -> "VoicePrompt":
+        """Read a voice saved with save() (or any .rvq: then pass its transcript as `text`)."""
+        from .codec import read_rvq
+
+        rvq = read_rvq(path)
+        if text is None:
+            side = transcript_path(path)
+            if not side.is_file():
+                raise FileNotFoundError(f"no transcript for voice {path}: expected {side}, or pass ref_text")
+            text = side.read_text(encoding="utf-8")
+        return cls(rvq.codes, text.strip(), rvq.ref_rms)
+
+
+def transcript_path(path: str | os.PathLike) -> Path:
+    """Where a saved voice keeps its transcript: the .rvq path plus .txt."""
+    return Path(str(path) + ".txt")
 
 
 @dataclass(frozen=True)
@@ -197,7 +224,7 @@ class Pipeline:
     # ------------------------------------------------------------------------------------------ audio
     def decode(self, tokens: list[np.ndarray]) -> list[np.ndarray]:
         """Decode every chunk's codes to audio (before post-processing)."""
-        return self.codec.decode_many(tokens)
+        return self.codec.decode_batch(tokens)
 
     def finish(self, chunks_audio: list[np.ndarray], voice: Optional[VoicePrompt], settings: Settings
                ) -> np.ndarray:
@@ -223,23 +250,51 @@ class Pipeline:
 
     def stream(self, text: str, settings: Settings, voice: Optional[VoicePrompt] = None,
                cancel: Optional[CancelCallback] = None) -> Iterator[np.ndarray]:
-        """Yield finished audio sentence by sentence.
+        """Yield finished audio sentence by sentence (see SentenceStream)."""
+        stream = SentenceStream(self, settings, voice, cancel)
+        for sentence in split_sentences(text):
+            yield stream.say(sentence)
 
-        Sentences come from the reference's punctuation chunker with a budget of one sentence. Without a
-        voice prompt, the first sentence's tokens and text become the voice of the rest, as chunk 0 does in
-        long form, so the speaker stays the same.
-        """
-        sentences = chunk_text_punctuation(text, chunk_len=0, min_chunk_len=3) or [text.strip()]
-        rng = make_rng(settings.seed)
-        single = replace(settings, chunk_duration=0.0)
-        for sentence in sentences:
-            if not sentence.strip():
-                continue
-            tokens, _ = self.generate_tokens(sentence, single, voice, cancel=cancel, rng=rng)
-            audio = self.finish(self.decode(tokens), voice, settings)
-            if voice is None:
-                voice = VoicePrompt(tokens[0], sentence, None)
-            yield audio.astype(np.float32, copy=False)
+
+# A sentence ends at . ! ? … (then closing quotes/brackets, then a space or the end) or at CJK 。！？.
+_SENTENCE = re.compile(r".*?(?:[.!?…]+[\"'”’)\]」』]*(?=\s|$)|[。！？]+[\"'”’)\]」』]*|$)", re.S)
+
+
+def split_sentences(text: str, min_len: int = 3) -> list[str]:
+    """Split at sentence-final punctuation (not at commas, not after "Mr." and the chunker's other
+    abbreviations); pieces shorter than `min_len` join the previous one."""
+    out: list[str] = []
+    for piece in _SENTENCE.findall(text):
+        piece = piece.strip()
+        if not piece:
+            continue
+        if out and (len(piece) < min_len or out[-1].split()[-1] in ABBREVIATIONS):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out
+
+
+class SentenceStream:
+    """Synthesizes one sentence at a time with a steady voice: without a voice prompt, the first sentence's
+    tokens and text become the voice of the rest, as chunk 0 does in long form. One generator is threaded
+    through all sentences."""
+
+    def __init__(self, pipeline: Pipeline, settings: Settings, voice: Optional[VoicePrompt] = None,
+                 cancel: Optional[CancelCallback] = None) -> None:
+        self.pipeline, self.voice, self.cancel = pipeline, voice, cancel
+        self.settings = replace(settings, chunk_duration=0.0)
+        self.post_settings = settings
+        self.rng = make_rng(settings.seed)
+
+    def say(self, sentence: str, duration: Optional[float] = None) -> np.ndarray:
+        """Audio for one sentence (post-processed), optionally of a fixed duration in seconds."""
+        settings = replace(self.settings, duration=duration) if duration is not None else self.settings
+        tokens, _ = self.pipeline.generate_tokens(sentence, settings, self.voice, cancel=self.cancel, rng=self.rng)
+        audio = self.pipeline.finish(self.pipeline.decode(tokens), self.voice, self.post_settings)
+        if self.voice is None:
+            self.voice = VoicePrompt(tokens[0], sentence, None)
+        return audio.astype(np.float32, copy=False)
 
 
 def make_rng(seed: Optional[int]) -> CudaPhiloxGenerator:

@@ -18,45 +18,21 @@ from .graph import new_context, new_tensor, set_name
 
 
 def read_metadata(reader) -> dict[str, Any]:
-    """GGUF key/value metadata as plain Python values (str, int, float, bool, lists of those)."""
-    import gguf
-
-    meta: dict[str, Any] = {}
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF."):
-            continue
-        kinds = field.types
-        if not kinds:
-            continue
-        if kinds[0] == gguf.GGUFValueType.ARRAY:
-            if kinds[-1] == gguf.GGUFValueType.STRING:
-                meta[name] = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-            else:
-                meta[name] = [field.parts[i].tolist()[0] for i in field.data]
-        elif kinds[0] == gguf.GGUFValueType.STRING:
-            meta[name] = bytes(field.parts[field.data[0]]).decode("utf-8")
-        else:
-            value = field.parts[field.data[0]].tolist()[0]
-            meta[name] = bool(value) if kinds[0] == gguf.GGUFValueType.BOOL else value
-    return meta
+    """GGUF key/value metadata of an opened file as plain Python values."""
+    return reader.metadata
 
 
 def open_gguf(path: str | Path, expect_arch: str | None = None):
-    """Open a GGUF file with the gguf reader; clear errors for a missing, non-GGUF or wrong-architecture file."""
-    import gguf
+    """Open a GGUF file (metadata, tensor infos, memory-mapped data); clear errors for a missing, non-GGUF,
+    truncated or wrong-architecture file."""
+    from ..gguf_file import read_gguf
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path}")
-    with open(path, "rb") as f:
-        if f.read(4) != b"GGUF":
-            raise ValueError(f"{path}: not a GGUF file (bad magic)")
-    try:
-        reader = gguf.GGUFReader(str(path), "r")
-    except Exception as e:  # the reader raises bare ValueErrors/IndexErrors on truncation
-        raise ValueError(f"{path}: unreadable GGUF file ({e})") from e
+    reader = read_gguf(str(path))
     if expect_arch is not None:
-        arch = read_metadata(reader).get("general.architecture")
+        arch = reader.metadata.get("general.architecture")
         if arch != expect_arch:
             raise ValueError(f"{path}: general.architecture is {arch!r}, expected {expect_arch!r}")
     return reader
@@ -116,9 +92,10 @@ class WeightStore:
                 raise KeyError(f"{path}: tensor {name!r} is missing") from None
             if int(t.tensor_type) not in (types.F32, types.F16):
                 raise TypeError(f"{path}: tensor {name!r} must be F32 or F16 to derive from")
-            return np.asarray(t.data, dtype=np.float32)
+            dtype = np.float32 if int(t.tensor_type) == types.F32 else np.float16
+            return t.data.view(dtype).reshape(tuple(reversed(t.shape))).astype(np.float32)
 
-        entries = [(t.name, int(t.tensor_type), [int(x) for x in t.shape], t.data)
+        entries = [(t.name, t.tensor_type, [int(x) for x in t.shape], t.data)
                    for t in reader.tensors if keep is None or keep(t.name)]
         for name, fn in (derived or {}).items():
             arr = np.ascontiguousarray(fn(source), dtype=np.float32)

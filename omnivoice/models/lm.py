@@ -17,10 +17,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .. import gguf_keys as K
 from .. import nn
 from ..ggml import lib
 
-ARCH = "omnivoice-lm"
+ARCH = K.ARCH_LM
 
 
 @dataclass(frozen=True)
@@ -46,16 +47,12 @@ class LMConfig:
             except KeyError:
                 raise ValueError(f"LM GGUF lacks metadata key {key!r}") from None
 
-        a = ARCH
-        return cls(n_layer=int(get(f"{a}.block_count")), n_embd=int(get(f"{a}.embedding_length")),
-                   n_ff=int(get(f"{a}.feed_forward_length")), n_head=int(get(f"{a}.attention.head_count")),
-                   n_head_kv=int(get(f"{a}.attention.head_count_kv")),
-                   head_dim=int(get(f"{a}.attention.key_length")),
-                   rms_eps=float(get(f"{a}.attention.layer_norm_rms_epsilon")),
-                   rope_theta=float(get(f"{a}.rope.freq_base")),
-                   n_codebook=int(get("omnivoice.num_audio_codebook")),
-                   audio_vocab=int(get("omnivoice.audio_vocab_size")),
-                   audio_mask_id=int(get("omnivoice.audio_mask_id")))
+        return cls(n_layer=int(get(K.LM_BLOCK_COUNT)), n_embd=int(get(K.LM_EMBEDDING_LENGTH)),
+                   n_ff=int(get(K.LM_FEED_FORWARD_LENGTH)), n_head=int(get(K.LM_HEAD_COUNT)),
+                   n_head_kv=int(get(K.LM_HEAD_COUNT_KV)), head_dim=int(get(K.LM_KEY_LENGTH)),
+                   rms_eps=float(get(K.LM_RMS_EPS)), rope_theta=float(get(K.LM_ROPE_FREQ_BASE)),
+                   n_codebook=int(get(K.NUM_AUDIO_CODEBOOK)), audio_vocab=int(get(K.AUDIO_VOCAB_SIZE)),
+                   audio_mask_id=int(get(K.AUDIO_MASK_ID)))
 
 
 def embed(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask):

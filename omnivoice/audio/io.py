@@ -1,0 +1,284 @@
+"""Reading and writing audio files: soundfile in, our own WAV encoder out.
+
+Reading follows the reference's ``load_waveform``/``load_audio``: ``soundfile.read`` as float32,
+channels averaged (float32 ``mean`` over the channel axis). The reference falls back to librosa for
+formats libsndfile cannot read (MP3 on old libsndfile, M4A); we do not, and say so in the error.
+
+Writing is done here rather than by soundfile so that a file and a stream get the same bytes:
+
+- ``wav16`` / ``wav24``: PCM, quantised exactly as libsndfile 1.2 does it for ``soundfile.write``
+  (the reference CLI's writer): ``lrint(x * 2**31)`` clipped to int32, then an arithmetic shift
+  down to 16 or 24 bits (a floor). So -1.0 maps to the minimum, +1.0 clips to the maximum, and a
+  wav16 file is bit-identical to ``soundfile.write(path, audio, rate)``.
+- ``wav32``: IEEE float32 (format tag 3, 18-byte ``fmt `` chunk with a ``fact`` chunk).
+
+``write_wav`` writes a temporary file in the target directory and renames it over the target, so a
+failure never leaves a partial file. ``WavStreamWriter`` writes to a pipe: its header declares the
+RIFF and data sizes (and the float ``fact`` sample count) as ``0xFFFFFFFF``, the "unknown length"
+that ffmpeg, sox and libsndfile read as "until end of stream"; if the stream turns out to be
+seekable, ``close()`` patches the real sizes in.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Union
+
+import numpy as np
+import soundfile as sf
+
+__all__ = [
+    "AudioFileError",
+    "WAV_FORMATS",
+    "load_audio",
+    "encode_samples",
+    "wav_header",
+    "write_wav",
+    "WavStreamWriter",
+]
+
+PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
+
+# name -> (format tag, bits per sample)
+WAV_FORMATS = {"wav16": (1, 16), "wav24": (1, 24), "wav32": (3, 32)}
+
+_UNKNOWN_SIZE = 0xFFFFFFFF
+
+
+class AudioFileError(ValueError):
+    """An audio file that cannot be read as audio, or an output path that cannot be written."""
+
+
+def _describe(source) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return str(os.fspath(source))
+    return getattr(source, "name", None) or "<file object>"
+
+
+def load_audio(source: PathOrFile) -> tuple[np.ndarray, int]:
+    """Read any file soundfile can decode; return ``(mono float32 samples, sample_rate)``.
+
+    Multi-channel audio is averaged to mono in float32, as the reference does. Raises
+    ``AudioFileError`` (a ValueError) naming the file when it does not exist, is not audio, or holds
+    no samples.
+    """
+    name = _describe(source)
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(os.fspath(source))
+        if not path.exists():
+            raise AudioFileError(f"{name}: no such file")
+        if path.is_dir():
+            raise AudioFileError(f"{name}: is a directory, not an audio file")
+        if path.is_file() and path.stat().st_size == 0:
+            raise AudioFileError(f"{name}: is empty (0 bytes), not an audio file")
+    try:
+        data, rate = sf.read(source, dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
+        raise AudioFileError(
+            f"{name}: not a readable audio file (soundfile/libsndfile: {exc}); "
+            "convert it to WAV or FLAC first"
+        ) from exc
+    except OSError as exc:
+        raise AudioFileError(f"{name}: cannot be read: {exc.strerror or exc}") from exc
+    if data.shape[0] == 0:
+        raise AudioFileError(f"{name}: contains no audio samples")
+    channels_first = data.T
+    if channels_first.shape[0] > 1:
+        mono = np.mean(channels_first, axis=0)
+    else:
+        mono = channels_first[0]
+    return np.ascontiguousarray(mono, dtype=np.float32), int(rate)
+
+
+def _check_format(fmt: str) -> tuple[int, int]:
+    try:
+        return WAV_FORMATS[fmt]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown WAV format {fmt!r}; expected one of {', '.join(WAV_FORMATS)}") from None
+
+
+def _check_rate(sample_rate: int) -> int:
+    if isinstance(sample_rate, bool) or int(sample_rate) != sample_rate or not 0 < sample_rate < 2**32:
+        raise ValueError(f"sample_rate must be a positive integer number of Hz, got {sample_rate!r}")
+    return int(sample_rate)
+
+
+def encode_samples(audio: np.ndarray, fmt: str = "wav16") -> bytes:
+    """Encode mono float audio as little-endian WAV sample data in format ``fmt``.
+
+    PCM formats are quantised as libsndfile does (see the module docstring); NaN or infinite
+    samples raise ValueError rather than being written as noise.
+    """
+    _, bits = _check_format(fmt)
+    a = np.asarray(audio)
+    if a.ndim == 2 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim != 1:
+        raise ValueError(f"audio must be mono, shape [samples]; got shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.floating):
+        raise TypeError(f"audio must be floating point in [-1, 1]; got dtype {a.dtype}")
+    a = a.astype(np.float32, copy=False)
+    if not np.all(np.isfinite(a)):
+        raise ValueError("audio contains NaN or infinite samples; refusing to write them")
+    if fmt == "wav32":
+        return a.astype("<f4").tobytes()
+    # x * 2**31 is exact in float64; rint is lrint's round-half-even.
+    wide = np.clip(np.rint(a.astype(np.float64) * 2.0**31), -(2.0**31), 2.0**31 - 1).astype(np.int64)
+    if bits == 16:
+        return (wide >> 16).astype("<i2").tobytes()
+    v = (wide >> 8).astype("<i4")
+    # 24-bit little-endian: the three low bytes of each int32.
+    return v.view(np.uint8).reshape(-1, 4)[:, :3].tobytes()
+
+
+def wav_header(sample_rate: int, fmt: str = "wav16", n_samples: int | None = None) -> bytes:
+    """The RIFF/WAVE header for mono audio; ``n_samples=None`` writes the 0xFFFFFFFF
+    "unknown length" sizes used for streaming."""
+    tag, bits = _check_format(fmt)
+    rate = _check_rate(sample_rate)
+    block = bits // 8
+    fmt_body = struct.pack("<HHIIHH", tag, 1, rate, rate * block, block, bits)
+    if tag == 3:
+        fmt_body += struct.pack("<H", 0)  # cbSize: non-PCM formats carry it
+    chunks = b"fmt " + struct.pack("<I", len(fmt_body)) + fmt_body
+    if tag == 3:
+        count = _UNKNOWN_SIZE if n_samples is None else n_samples
+        chunks += b"fact" + struct.pack("<II", 4, count)
+    if n_samples is None:
+        riff_size = data_size = _UNKNOWN_SIZE
+    else:
+        data_size = n_samples * block
+        if data_size > 0xFFFFFFFF - 4 - len(chunks) - 9:
+            raise ValueError(f"{n_samples} samples do not fit in a WAV file (4 GiB limit)")
+        riff_size = 4 + len(chunks) + 8 + data_size + (data_size & 1)
+    return b"RIFF" + struct.pack("<I", riff_size) + b"WAVE" + chunks + b"data" + struct.pack("<I", data_size)
+
+
+def atomic_write_bytes(path: Union[str, "os.PathLike[str]"], blob: bytes, what: str = "the output") -> None:
+    """Write ``blob`` to ``path`` whole or not at all: a temporary file in the same directory, then a rename.
+
+    A ``path`` that exists but is not a regular file (``/dev/null``, a named pipe) is written in place. An
+    unwritable path raises ``AudioFileError`` naming it.
+    """
+    target = Path(os.fspath(path))
+    if target.is_dir():
+        raise AudioFileError(f"{target}: is a directory; give a file name for {what}")
+    if target.exists() and not target.is_file():
+        # A device or FIFO (/dev/null, a named pipe): renaming over it would replace the node
+        # itself, so write into it; there is no partial *file* to leave behind.
+        try:
+            with open(target, "wb") as f:
+                f.write(blob)
+        except OSError as exc:
+            raise AudioFileError(f"{target}: cannot write ({exc.strerror or exc})") from exc
+        return
+    directory = target.parent
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise AudioFileError(f"{target}: cannot write here ({exc.strerror or exc})") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        # mkstemp creates 0600; give the file the permissions a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_name, 0o666 & ~umask)
+        os.replace(tmp_name, target)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise AudioFileError(f"{target}: cannot write ({exc.strerror or exc})") from exc
+        raise
+
+
+def atomic_write_text(path: Union[str, "os.PathLike[str]"], text: str) -> None:
+    """UTF-8 text written whole or not at all (see atomic_write_bytes)."""
+    atomic_write_bytes(path, text.encode("utf-8"), what="the text")
+
+
+def write_wav(path: Union[str, "os.PathLike[str]"], audio: np.ndarray, sample_rate: int, fmt: str = "wav16") -> None:
+    """Write mono ``audio`` to ``path`` as a WAV file in ``fmt`` (wav16, wav24 or wav32), atomically.
+
+    The bytes go to a temporary file in the same directory, which then replaces ``path``; on any
+    failure the temporary file is removed and ``path`` is left as it was. A ``path`` that exists
+    but is not a regular file (``/dev/null``, a named pipe) is written in place instead. An
+    unwritable path raises ``AudioFileError`` naming it.
+    """
+    data = encode_samples(audio, fmt)
+    n_samples = len(data) // (WAV_FORMATS[fmt][1] // 8)
+    blob = wav_header(sample_rate, fmt, n_samples) + data + (b"\0" if len(data) & 1 else b"")
+    atomic_write_bytes(path, blob, what="the WAV output")
+
+
+class WavStreamWriter:
+    """Write a WAV stream (for ``-o -``) whose length is not known in advance.
+
+    The header goes out on construction with RIFF and data sizes of 0xFFFFFFFF; each ``write``
+    encodes and flushes its samples at once, so a consumer can play them as they come. ``close``
+    flushes, and if the stream is seekable (a regular file) rewrites the header with the real
+    sizes (plus the RIFF pad byte for an odd data size). It does not close the stream itself.
+    For one WAV per line (``--stream-by-line``), make a new writer on the same stream per line.
+    """
+
+    def __init__(self, stream: BinaryIO, sample_rate: int, fmt: str = "wav16") -> None:
+        self._stream = stream
+        self._fmt = fmt
+        self._rate = _check_rate(sample_rate)
+        self._block = _check_format(fmt)[1] // 8
+        self._n_samples = 0
+        self._closed = False
+        try:
+            self._start = stream.tell() if stream.seekable() else None
+        except (OSError, AttributeError, ValueError):
+            self._start = None
+        self._emit(wav_header(self._rate, fmt, None))
+
+    @property
+    def samples_written(self) -> int:
+        """Number of samples written so far."""
+        return self._n_samples
+
+    def _emit(self, data: bytes) -> None:
+        self._stream.write(data)
+        self._stream.flush()
+
+    def write(self, audio: np.ndarray) -> None:
+        """Encode and write a block of mono float samples, then flush."""
+        if self._closed:
+            raise ValueError("write to a closed WavStreamWriter")
+        data = encode_samples(audio, self._fmt)
+        if data:
+            self._emit(data)
+            self._n_samples += len(data) // self._block
+
+    def close(self) -> None:
+        """Finish the stream (patching the header when the stream is seekable). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._start is None:
+            self._stream.flush()
+            return
+        data_size = self._n_samples * self._block
+        if data_size & 1:
+            self._stream.write(b"\0")
+        end = self._stream.tell()
+        self._stream.seek(self._start)
+        self._stream.write(wav_header(self._rate, self._fmt, self._n_samples))
+        self._stream.seek(end)
+        self._stream.flush()
+
+    def __enter__(self) -> "WavStreamWriter":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

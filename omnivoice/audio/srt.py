@@ -1,0 +1,149 @@
+"""SubRip (.srt) subtitles: parsing cues, and laying synthesized cue audio on one timeline.
+
+Accepted input: blocks separated by one or more blank lines, each block being a cue number, a
+timing line ``HH:MM:SS,mmm --> HH:MM:SS,mmm`` and zero or more text lines. Tolerated: a UTF-8 BOM,
+CRLF or CR line ends, ``.`` instead of ``,`` before the milliseconds, hours of any number of
+digits, spaces around the arrow, and trailing text after the end time (the position hints some
+editors write, ignored). Cue numbers need not be consecutive. Anything else raises ``SrtError``
+naming the line number and what was expected there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+__all__ = ["Cue", "SrtError", "parse_srt", "load_srt", "place_cues"]
+
+_TIME = r"(\d+):([0-5]\d):([0-5]\d)[,.](\d{3})"
+_TIMING_RE = re.compile(rf"^\s*{_TIME}\s*-->\s*{_TIME}(?:\s.*)?$")
+_INDEX_RE = re.compile(r"^\s*(\d+)\s*$")
+
+
+class SrtError(ValueError):
+    """A malformed SRT file; the message names the line and what was expected."""
+
+
+@dataclass(frozen=True)
+class Cue:
+    """One subtitle: its number, start and end in seconds, and its text (lines joined by "\\n";
+    may be empty for a cue with no text lines, which callers should render as silence)."""
+
+    index: int
+    start: float
+    end: float
+    text: str
+
+    @property
+    def duration(self) -> float:
+        """Length of the cue's slot in seconds."""
+        return self.end - self.start
+
+
+def _seconds(h: str, m: str, s: str, ms: str) -> float:
+    return int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000.0
+
+
+def parse_srt(text: str, source: str = "<srt>") -> list[Cue]:
+    """Parse SRT text into cues, in file order. ``source`` names the file in error messages.
+
+    Raises ``SrtError`` for a missing cue number, a malformed timing line, an end before the start,
+    or a file with no cues.
+    """
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    cues: list[Cue] = []
+    i = 0
+    n = len(lines)
+    while i < n:
+        if not lines[i].strip():
+            i += 1
+            continue
+        m = _INDEX_RE.match(lines[i])
+        if not m:
+            raise SrtError(f"{source}:{i + 1}: expected a cue number, got {lines[i].strip()[:60]!r}")
+        index = int(m.group(1))
+        i += 1
+        if i >= n or not lines[i].strip():
+            raise SrtError(
+                f"{source}:{i + 1}: expected a timing line 'HH:MM:SS,mmm --> HH:MM:SS,mmm' "
+                f"after cue number {index}, got {'end of file' if i >= n else 'a blank line'}"
+            )
+        t = _TIMING_RE.match(lines[i])
+        if not t:
+            raise SrtError(
+                f"{source}:{i + 1}: expected a timing line 'HH:MM:SS,mmm --> HH:MM:SS,mmm', "
+                f"got {lines[i].strip()[:60]!r}"
+            )
+        start = _seconds(*t.groups()[:4])
+        end = _seconds(*t.groups()[4:])
+        if end < start:
+            raise SrtError(
+                f"{source}:{i + 1}: cue {index} ends before it starts ({end:.3f} s < {start:.3f} s)"
+            )
+        i += 1
+        body = []
+        while i < n and lines[i].strip():
+            if body and _INDEX_RE.match(body[-1]) and _TIMING_RE.match(lines[i]):
+                # A cue number and a timing line inside the text: the blank separator is missing.
+                raise SrtError(f"{source}:{i}: expected a blank line before cue {body[-1]}")
+            body.append(lines[i].strip())
+            i += 1
+        cues.append(Cue(index=index, start=start, end=end, text="\n".join(body)))
+    if not cues:
+        raise SrtError(f"{source}: no subtitle cues found (expected 'N', a timing line and text)")
+    return cues
+
+
+def load_srt(path: Union[str, "os.PathLike[str]"]) -> list[Cue]:
+    """Read and parse an SRT file (UTF-8, with or without BOM)."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise SrtError(f"{name}: cannot read ({exc.strerror or exc})") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SrtError(f"{name}:{line}: not valid UTF-8 text (byte {exc.start}); save the SRT as UTF-8") from exc
+    return parse_srt(text, source=name)
+
+
+def place_cues(cues: Sequence[Cue], audios: Sequence[np.ndarray], sample_rate: int) -> np.ndarray:
+    """Lay each cue's audio on one timeline and return it (float32 mono).
+
+    Cue ``k`` occupies samples ``[round(start * rate), round(end * rate))``. Its audio starts at
+    the slot's start; audio shorter than the slot is followed by silence, longer audio is cut at
+    the slot's end. Overlap rule: when a cue starts before the previous one ends (overlapping
+    cues), the earlier cue is cut where the later one starts, so voices never mix; cues are
+    placed in start-time order. The timeline ends at the latest cue end.
+    """
+    if len(cues) != len(audios):
+        raise ValueError(f"place_cues got {len(cues)} cues but {len(audios)} audio clips")
+    if isinstance(sample_rate, bool) or int(sample_rate) != sample_rate or sample_rate <= 0:
+        raise ValueError(f"sample_rate must be a positive integer number of Hz, got {sample_rate!r}")
+    rate = int(sample_rate)
+    if not cues:
+        return np.zeros(0, dtype=np.float32)
+    slots = [(int(round(c.start * rate)), int(round(c.end * rate))) for c in cues]
+    order = sorted(range(len(cues)), key=lambda k: (slots[k][0], k))
+    total = max(end for _, end in slots)
+    timeline = np.zeros(total, dtype=np.float32)
+    for pos, k in enumerate(order):
+        start, end = slots[k]
+        if pos + 1 < len(order):
+            end = min(end, slots[order[pos + 1]][0])
+        clip = np.asarray(audios[k], dtype=np.float32)
+        if clip.ndim != 1:
+            raise ValueError(f"audio for cue {cues[k].index} must be mono [samples]; got shape {clip.shape}")
+        n = max(0, min(len(clip), end - start))
+        timeline[start : start + n] = clip[:n]
+    return timeline

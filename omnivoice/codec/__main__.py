@@ -1,0 +1,107 @@
+"""python -m omnivoice.codec: audio <-> .rvq codes with the Higgs Audio v2 codec.
+
+    python -m omnivoice.codec --model omnivoice-tokenizer-F32.gguf -i clip.wav     # writes clip.rvq
+    python -m omnivoice.codec --model omnivoice-tokenizer-F32.gguf -i clip.rvq     # writes clip.wav
+
+Encoding applies the voice-cloning reference preprocessing of the TTS (downmix, resampling to 24 kHz, RMS
+auto-gain, silence trim, truncation to whole frames; --no-preprocess keeps all but the silence trim, as the
+reference's preprocess_prompt=False does) and stores the clip's RMS in the .rvq header, so the file can stand
+in for the WAV as a cloning prompt. Decoding writes the raw decoder output (no post-processing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from ..audio import AudioFileError, load_audio, preprocess_reference, write_wav
+from ..audio.io import WAV_FORMATS
+from .rvq_format import MAGIC, RvqFormatError, read_rvq, save_rvq
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m omnivoice.codec",
+        description="Audio tokenizer round trip: audio -> .rvq codes, .rvq codes -> WAV.",
+        epilog="Output is named after the input unless -o is given: clip.wav -> clip.rvq, clip.rvq -> clip.wav.")
+    ap.add_argument("--model", required=True, help="codec GGUF (omnivoice-tokenizer-*.gguf)")
+    ap.add_argument("-i", "--input", required=True,
+                    help="input: a .rvq file decodes; any audio file soundfile reads encodes")
+    ap.add_argument("-o", "--output", help="output path (default: next to the input, extension swapped)")
+    ap.add_argument("--format", default="wav16", choices=sorted(WAV_FORMATS),
+                    help="WAV sample format when decoding (default: wav16)")
+    ap.add_argument("--backend", default="auto", help="ggml backend: auto, cpu, cuda, cuda:1, vulkan, ...")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all available)")
+    ap.add_argument("--no-preprocess", action="store_true",
+                    help="encode without the silence trim (RMS auto-gain and frame truncation still apply)")
+    ap.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    return ap.parse_args(argv)
+
+
+def _is_rvq(path: Path) -> bool:
+    if path.suffix.lower() == ".rvq":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:
+        return False
+
+
+def _load(args: argparse.Namespace, part: str):
+    from .audio_codec import load_codec
+
+    return load_codec(args.model, args.backend, threads=args.threads, parts=(part,))
+
+
+def encode_file(args: argparse.Namespace, src: Path, dst: Path) -> str:
+    audio, rate = load_audio(src)
+    with _load(args, "encode") as codec:
+        clip, ref_rms = preprocess_reference(audio, rate, preprocess=not args.no_preprocess,
+                                             target_rate=codec.sample_rate, hop_length=codec.hop_length)
+        codes = codec.encode(clip)
+        save_rvq(dst, codes, sample_rate=codec.sample_rate, frame_rate=codec.frame_rate,
+                 codebook_size=codec.codebook_size, ref_rms=ref_rms)
+    return (f"{src}: {len(audio) / rate:.2f} s at {rate} Hz -> {codes.shape[1]} frames x {codes.shape[0]} "
+            f"codebooks -> {dst}")
+
+
+def decode_file(args: argparse.Namespace, src: Path, dst: Path) -> str:
+    rvq = read_rvq(src)
+    with _load(args, "decode") as codec:
+        if rvq.sample_rate != codec.sample_rate or abs(rvq.frame_rate - codec.frame_rate) > 1e-6:
+            raise RvqFormatError(f"{src}: codes for {rvq.sample_rate} Hz at {rvq.frame_rate} frames/s, but the "
+                                 f"codec works at {codec.sample_rate} Hz and {codec.frame_rate} frames/s")
+        if rvq.codebook_size != codec.codebook_size:
+            raise RvqFormatError(f"{src}: codebook_size {rvq.codebook_size}, the codec has {codec.codebook_size}")
+        audio = codec.decode(rvq.codes)
+        write_wav(dst, audio, codec.sample_rate, args.format)
+    return f"{src}: {rvq.codes.shape[1]} frames -> {len(audio) / codec.sample_rate:.2f} s ({args.format}) -> {dst}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit status (0 ok, 1 bad input or failure)."""
+    args = parse_args(argv)
+    src = Path(args.input)
+    try:
+        if not src.is_file():
+            raise FileNotFoundError(f"{src}: no such input file")
+        decode = _is_rvq(src)
+        dst = Path(args.output) if args.output else src.with_suffix(".wav" if decode else ".rvq")
+        if dst.resolve() == src.resolve():
+            raise ValueError(f"{dst}: the output would overwrite the input; give another name with -o")
+        t0 = time.perf_counter()
+        line = decode_file(args, src, dst) if decode else encode_file(args, src, dst)
+    except (AudioFileError, RvqFormatError, ValueError, TypeError, FileNotFoundError, RuntimeError,
+            MemoryError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"{line} ({time.perf_counter() - t0:.2f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""AudioCodec: the Higgs Audio v2 codec loaded from its GGUF, running the graphs of omnivoice.models.codec.
+
+    with load_codec("omnivoice-tokenizer-F32.gguf", backend="cpu") as codec:
+        codes = codec.encode(audio_24k)          # int32 [8, T]
+        audio = codec.decode(codes)              # float32 [960 T]
+
+Graphs are built once per input shape and the last few are kept for replay. Decoding feeds at most
+`window_frames` frames to one graph: longer sequences go in windows that overlap by `context_frames` on each
+side, of which only the centre is kept. The decoder's receptive field is about 12 frames each way (conv1 3,
+block 0's transposed conv 2 and residual units 39 samples at 8 per frame, the later blocks about 1.5 together),
+so with 16 frames of context the windows give the samples of one whole-sequence graph.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..ggml import Graph, Runtime, WeightStore, open_gguf, read_metadata
+from ..models import codec as model
+
+DEFAULT_WINDOW_FRAMES = 512
+DEFAULT_CONTEXT_FRAMES = 16
+
+
+@dataclass(frozen=True)
+class _Window:
+    seq: int      # which input sequence
+    start: int    # frames [start, stop) are fed to the graph
+    stop: int
+    keep0: int    # frames [keep0, keep1) of the sequence come out of this window
+    keep1: int
+
+
+class AudioCodec:
+    """The codec on one runtime: `decode` codes to 24 kHz audio, `encode` 24 kHz audio to codes."""
+
+    def __init__(self, runtime: Runtime, weights: WeightStore, config: model.CodecConfig, *,
+                 window_frames: int = DEFAULT_WINDOW_FRAMES, context_frames: int = DEFAULT_CONTEXT_FRAMES,
+                 max_graphs: int = 2, owns: tuple = ()) -> None:
+        """Wrap weights loaded with `models.codec.weight_selection` (use `load_codec`); `owns` are closed with it."""
+        if context_frames < 0 or window_frames <= 2 * context_frames:
+            raise ValueError(f"window_frames ({window_frames}) must exceed 2 * context_frames ({context_frames})")
+        self.runtime = runtime
+        self.weights = weights
+        self.config = config
+        self.window_frames = int(window_frames)
+        self.context_frames = int(context_frames)
+        self.max_graphs = max(1, int(max_graphs))
+        self._graphs: OrderedDict[tuple, Graph] = OrderedDict()
+        self._owns = tuple(owns)
+
+    # ---------------------------------------------------------------------------------------- properties
+    @property
+    def sample_rate(self) -> int:
+        """Audio rate of encode's input and decode's output (24000)."""
+        return self.config.sample_rate
+
+    @property
+    def hop_length(self) -> int:
+        """Samples per code frame (960)."""
+        return self.config.hop_length
+
+    @property
+    def frame_rate(self) -> float:
+        """Code frames per second (25.0)."""
+        return self.config.frame_rate
+
+    @property
+    def n_codebooks(self) -> int:
+        return self.config.n_quantizers
+
+    @property
+    def codebook_size(self) -> int:
+        return self.config.codebook_size
+
+    @property
+    def can_encode(self) -> bool:
+        return "fc.weight" in self.weights and self.config.hubert is not None
+
+    @property
+    def can_decode(self) -> bool:
+        return "fc2.weight" in self.weights
+
+    # ---------------------------------------------------------------------------------------- graphs
+    def _graph(self, key: tuple, build: Callable[[Graph], None]) -> Graph:
+        g = self._graphs.get(key)
+        if g is not None:
+            self._graphs.move_to_end(key)
+            return g
+        while len(self._graphs) >= self.max_graphs:
+            self._graphs.popitem(last=False)[1].close()
+        g = Graph(self.runtime)
+        try:
+            build(g)
+            g.allocate()
+        except BaseException:
+            g.close()
+            raise
+        self._graphs[key] = g
+        return g
+
+    def clear_graphs(self) -> None:
+        """Free every cached graph and its compute buffers."""
+        while self._graphs:
+            self._graphs.popitem()[1].close()
+
+    # ---------------------------------------------------------------------------------------- decode
+    def check_codes(self, codes, what: str = "codes") -> np.ndarray:
+        """Validate codes [n_codebooks, T] (integers in [0, codebook_size), T >= 1); return them as int32."""
+        a = np.asarray(codes)
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"{what}: expected integer codes, got dtype {a.dtype}")
+        if a.ndim != 2 or a.shape[0] != self.n_codebooks or a.shape[1] == 0:
+            raise ValueError(f"{what}: expected shape [{self.n_codebooks}, T] with T >= 1, got {list(a.shape)}")
+        lo, hi = int(a.min()), int(a.max())
+        if lo < 0 or hi >= self.codebook_size:
+            raise ValueError(f"{what}: code values must lie in [0, {self.codebook_size}); got min {lo}, max {hi}")
+        return np.ascontiguousarray(a, dtype=np.int32)
+
+    def _windows(self, seq: int, T: int) -> list[_Window]:
+        if T <= self.window_frames:
+            return [_Window(seq, 0, T, 0, T)]
+        core = self.window_frames - 2 * self.context_frames
+        core = -(-T // -(-T // core))  # equal cores, so a long sequence replays one graph
+        return [_Window(seq, max(0, s - self.context_frames), min(T, s + core + self.context_frames),
+                        s, min(T, s + core)) for s in range(0, T, core)]
+
+    def decode_batch(self, codes_list: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Decode several code sequences [n_codebooks, T_i] -> float32 audio [T_i * hop] each, unprocessed.
+
+        Short sequences share one graph (one chain each, so lengths may differ); the frames fed to one graph
+        never exceed window_frames.
+        """
+        if not self.can_decode:
+            raise RuntimeError("this codec was loaded without its decoder (parts=('encode',))")
+        if len(codes_list) == 0:
+            return []
+        seqs = [self.check_codes(c, f"codes[{i}]" if len(codes_list) > 1 else "codes")
+                for i, c in enumerate(codes_list)]
+        runs: list[list[_Window]] = []
+        for w in (w for i, c in enumerate(seqs) for w in self._windows(i, c.shape[1])):
+            if runs and sum(x.stop - x.start for x in runs[-1]) + (w.stop - w.start) <= self.window_frames:
+                runs[-1].append(w)
+            else:
+                runs.append([w])
+        pieces: list[list[np.ndarray]] = [[] for _ in seqs]
+        hop = self.hop_length
+        for run in runs:
+            lengths = tuple(w.stop - w.start for w in run)
+
+            def build(g: Graph, lengths=lengths) -> None:
+                for j, T in enumerate(lengths):
+                    codes = g.input(f"codes{j}", np.int32, (self.n_codebooks, T))
+                    g.output(f"audio{j}", model.build_decode(g.ctx, self.weights, self.config, codes))
+
+            g = self._graph(("decode",) + lengths, build)
+            out = g.compute(**{f"codes{j}": seqs[w.seq][:, w.start:w.stop] for j, w in enumerate(run)})
+            for j, w in enumerate(run):
+                audio = out[f"audio{j}"].reshape(-1)
+                pieces[w.seq].append(audio[(w.keep0 - w.start) * hop:(w.keep1 - w.start) * hop])
+        return [p[0] if len(p) == 1 else np.concatenate(p) for p in pieces]
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """Decode codes [n_codebooks, T] -> float32 audio [T * hop] at sample_rate (the reference's decode)."""
+        return self.decode_batch([codes])[0]
+
+    # ---------------------------------------------------------------------------------------- encode
+    def encode(self, audio: np.ndarray, return_intermediates: bool = False):
+        """Encode mono float audio [N] at sample_rate -> int32 codes [n_codebooks, T].
+
+        Exactly the reference tokenizer's encode: the reference-clip preprocessing (loudness, silence trim,
+        hop truncation) is omnivoice.audio.preprocess_reference's job, applied by the caller. With
+        `return_intermediates` also returns numpy arrays laid out as the reference's tensors (batch dropped):
+        semantic_features [T, 768] (HuBERT mean hidden state, every 2nd frame), e_semantic and e_acoustic
+        [C, T], latent [1024, T] (after fc).
+        """
+        from ..audio import resample
+
+        if not self.can_encode:
+            raise RuntimeError("this codec was loaded without its encoder (parts=('decode',))")
+        a = np.asarray(audio)
+        if a.dtype.kind != "f":
+            raise TypeError(f"audio: expected floating point samples, got dtype {a.dtype}")
+        if a.ndim == 2 and a.shape[0] == 1:
+            a = a[0]
+        if a.ndim != 1:
+            raise ValueError(f"audio: expected mono samples [N], got shape {list(a.shape)}")
+        if a.size == 0 or not np.all(np.isfinite(a)):
+            raise ValueError("audio: empty, or contains NaN or infinite samples")
+        cfg = self.config
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        a16 = np.ascontiguousarray(resample(a, cfg.sample_rate, cfg.semantic_sample_rate), dtype=np.float32)
+        _, pad = model.encode_plan(self.weights, cfg, a.shape[0], a16.shape[0])
+        names = ("semantic_features", "e_semantic", "e_acoustic", "latent") if return_intermediates else ()
+
+        def build(g: Graph) -> None:
+            out = model.build_encode(g.ctx, self.weights, cfg, g.input("audio", np.float32, a.shape),
+                                     g.input("audio16", np.float32, a16.shape), pad)
+            for k, code in enumerate(out["codes"]):
+                g.output(f"codes{k}", code)
+            for n in names:
+                g.output(n, out[n])
+
+        g = self._graph(("encode", a.shape[0], bool(return_intermediates)), build)
+        out = g.compute(audio=a, audio16=a16)
+        codes = np.stack([out[f"codes{k}"].reshape(-1) for k in range(self.n_codebooks)]).astype(np.int32)
+        if not return_intermediates:
+            return codes
+        return codes, {"semantic_features": out["semantic_features"], "e_semantic": out["e_semantic"],
+                       "e_acoustic": out["e_acoustic"], "latent": np.ascontiguousarray(out["latent"].T)}
+
+    # ---------------------------------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """Free the graphs, then what this object owns (its weights and runtime when load_codec made them)."""
+        self.clear_graphs()
+        for obj in self._owns:
+            obj.close()
+        self._owns = ()
+
+    def __enter__(self) -> "AudioCodec":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None = None,
+               runtime: Runtime | None = None, parts: Sequence[str] = model.PARTS, **options) -> AudioCodec:
+    """Load the codec GGUF (arch omnivoice-tokenizer) onto `runtime`, or onto a new Runtime(backend, threads)
+    that the codec then owns and closes.
+
+    `parts` limits what is uploaded: ("decode",) for synthesis only, ("encode",) for voice-cloning prompts.
+    Extra keyword options go to AudioCodec (window_frames, context_frames, max_graphs).
+    """
+    reader = open_gguf(path, model.ARCH)
+    shapes = {t.name: tuple(int(x) for x in t.shape) for t in reader.tensors}
+    meta = read_metadata(reader)
+    del reader
+    config = model.CodecConfig.from_gguf(meta, shapes, str(path))
+    parts = tuple(parts)
+    if "encode" in parts and config.hubert is None:
+        raise ValueError(f"{path}: holds no HuBERT weights (semantic_model.*); it can only decode")
+    keep, derived = model.weight_selection(shapes, config, parts)
+    owned: list = []
+    if runtime is None:
+        runtime = Runtime(backend, n_threads=threads)
+        owned.append(runtime)
+    try:
+        weights = WeightStore.from_gguf(runtime, path, model.ARCH, keep=keep, derived=derived)
+    except BaseException:
+        for obj in owned:
+            obj.close()
+        raise
+    return AudioCodec(runtime, weights, config, owns=(weights, *owned), **options)

@@ -1,0 +1,149 @@
+"""The .rvq container: the audio codec's residual-VQ codes of one clip, e.g. a pre-encoded voice-cloning prompt.
+
+Layout (all little-endian), a 40-byte header followed by the codes:
+
+    offset  type      field
+    0       4 bytes   magic b"ORVQ"
+    4       uint32    version (1)
+    8       uint32    header size in bytes (40): where the codes start
+    12      uint32    n_codebooks (8)
+    16      uint32    n_frames T (>= 1)
+    20      uint32    sample_rate of the audio the codes stand for (24000)
+    24      float32   frame_rate in frames per second (25.0; hop = sample_rate / frame_rate = 960 samples)
+    28      uint32    codebook_size (1024): every code lies in [0, codebook_size)
+    32      float32   ref_rms: RMS of the reference clip before loudness normalisation (what the synthesis
+                      loudness step needs), NaN when unknown
+    36      uint32    reserved, 0
+    40      int32     codes[n_codebooks][n_frames], codebook-major (row k holds codebook k for every frame)
+
+The file size is exactly header size + 4 * n_codebooks * n_frames. Readers reject a wrong magic, a newer
+version, a header smaller than 40 bytes, a size mismatch or out-of-range codes with an RvqFormatError naming
+the file and the field; a larger header (a later minor addition) is skipped. Writes are atomic (temporary file
+in the same directory, then rename).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+
+MAGIC = b"ORVQ"
+VERSION = 1
+HEADER = struct.Struct("<4sIIIIIfIfI")
+HEADER_SIZE = HEADER.size  # 40
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class RvqFormatError(ValueError):
+    """A file that is not a valid .rvq container (the message names the file and the problem)."""
+
+
+@dataclass(frozen=True)
+class RvqFile:
+    """The content of a .rvq file."""
+
+    codes: np.ndarray            # int32 [n_codebooks, n_frames]
+    sample_rate: int = 24000
+    frame_rate: float = 25.0
+    codebook_size: int = 1024
+    ref_rms: float | None = None
+
+    @property
+    def hop_length(self) -> int:
+        """Audio samples per frame (sample_rate / frame_rate)."""
+        return int(round(self.sample_rate / self.frame_rate))
+
+    @property
+    def duration(self) -> float:
+        """Seconds of audio the codes stand for."""
+        return self.codes.shape[1] / self.frame_rate
+
+
+def _check_codes(codes, codebook_size: int, what: str) -> np.ndarray:
+    a = np.asarray(codes)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{what}: codes must be integers, got dtype {a.dtype}")
+    if a.ndim != 2 or a.shape[0] < 1 or a.shape[1] < 1:
+        raise ValueError(f"{what}: codes must have shape [n_codebooks, T] with both >= 1, got {list(a.shape)}")
+    if a.size and (a.min() < 0 or a.max() >= codebook_size):
+        raise ValueError(f"{what}: codes must lie in [0, {codebook_size}); got min {a.min()}, max {a.max()}")
+    return np.ascontiguousarray(a, dtype="<i4")
+
+
+def save_rvq(path: PathLike, codes, *, sample_rate: int = 24000, frame_rate: float = 25.0,
+             codebook_size: int = 1024, ref_rms: float | None = None) -> None:
+    """Write codes [n_codebooks, T] (integers in [0, codebook_size)) to `path` as a .rvq file, atomically."""
+    target = Path(os.fspath(path))
+    a = _check_codes(codes, codebook_size, str(target))
+    if not (isinstance(sample_rate, (int, np.integer)) and 0 < sample_rate < 2**32):
+        raise ValueError(f"{target}: sample_rate must be a positive integer, got {sample_rate!r}")
+    if not (math.isfinite(frame_rate) and frame_rate > 0):
+        raise ValueError(f"{target}: frame_rate must be a positive number, got {frame_rate!r}")
+    rms = float("nan") if ref_rms is None else float(ref_rms)
+    header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, a.shape[0], a.shape[1], int(sample_rate),
+                         float(frame_rate), int(codebook_size), rms, 0)
+    if target.is_dir():
+        raise ValueError(f"{target}: is a directory; give a file name for the .rvq output")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(header)
+            f.write(a.tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_rvq(path: PathLike) -> RvqFile:
+    """Read and validate a .rvq file: codes plus its header fields."""
+    p = Path(os.fspath(path))
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: no such .rvq file")
+    blob = p.read_bytes()
+    if len(blob) < HEADER_SIZE:
+        raise RvqFormatError(f"{p}: {len(blob)} bytes is too short for a .rvq header ({HEADER_SIZE} bytes)")
+    magic, version, header_size, n_cb, n_frames, sr, fr, cb_size, rms, _ = HEADER.unpack_from(blob)
+    if magic != MAGIC:
+        raise RvqFormatError(f"{p}: not a .rvq file (magic {magic!r}, expected {MAGIC!r})")
+    if version < 1 or version > VERSION:
+        raise RvqFormatError(f"{p}: .rvq version {version} is not supported (this reader knows 1..{VERSION})")
+    if header_size < HEADER_SIZE:
+        raise RvqFormatError(f"{p}: header size field is {header_size}, expected at least {HEADER_SIZE}")
+    if n_cb < 1 or n_frames < 1:
+        raise RvqFormatError(f"{p}: shape [{n_cb}, {n_frames}] is empty (n_codebooks and n_frames must be >= 1)")
+    if sr == 0 or not (math.isfinite(fr) and fr > 0):
+        raise RvqFormatError(f"{p}: sample_rate {sr} / frame_rate {fr} must be positive")
+    if cb_size < 1:
+        raise RvqFormatError(f"{p}: codebook_size field is {cb_size}, must be >= 1")
+    expected = header_size + 4 * n_cb * n_frames
+    if len(blob) != expected:
+        raise RvqFormatError(f"{p}: file has {len(blob)} bytes; its header ([{n_cb}, {n_frames}] int32 codes "
+                             f"after {header_size} header bytes) needs exactly {expected}")
+    codes = np.frombuffer(blob, dtype="<i4", offset=header_size).reshape(n_cb, n_frames).astype(np.int32)
+    lo, hi = int(codes.min()), int(codes.max())
+    if lo < 0 or hi >= cb_size:
+        raise RvqFormatError(f"{p}: codes must lie in [0, {cb_size}) (codebook_size); found min {lo}, max {hi}")
+    return RvqFile(codes=codes, sample_rate=int(sr), frame_rate=float(fr), codebook_size=int(cb_size),
+                   ref_rms=None if math.isnan(rms) else float(rms))
+
+
+def load_rvq(path: PathLike) -> np.ndarray:
+    """The int32 codes [n_codebooks, T] of a .rvq file (see read_rvq for the header fields)."""
+    return read_rvq(path).codes

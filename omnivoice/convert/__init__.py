@@ -1,0 +1,49 @@
+"""Hugging Face OmniVoice checkpoint -> GGUF: ``python -m omnivoice.convert CHECKPOINT_DIR -o OUT_DIR``.
+
+Writes ``omnivoice-base-{QUANT}.gguf`` (the LM and text tokenizer, see ``lm.py``) and
+``omnivoice-tokenizer-F32.gguf`` (the audio codec, see ``codec.py``). Safetensors are read directly
+(``safetensors_reader.py``, no torch); every tensor and config field is checked before the first byte is
+written, and each file is written to a temporary name and renamed, so a failed run leaves nothing behind.
+Metadata key names live in ``omnivoice.gguf_keys``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from .. import gguf_keys as K
+from .checkpoint import Checkpoint, open_checkpoint
+from .codec import plan_codec
+from .errors import CheckpointError, ConversionError
+from .gguf_out import write_gguf
+from .lm import QUANTS, plan_lm
+
+__all__ = ["convert_checkpoint", "lm_filename", "CODEC_FILENAME", "QUANTS", "CheckpointError", "ConversionError",
+           "open_checkpoint", "Checkpoint"]
+
+CODEC_FILENAME = "omnivoice-tokenizer-F32.gguf"
+
+
+def lm_filename(quant: str) -> str:
+    """File name of the LM GGUF for ``quant`` (f32 -> omnivoice-base-F32.gguf, q8_0 -> ...-Q8_0.gguf)."""
+    return f"omnivoice-base-{quant.upper()}.gguf"
+
+
+def convert_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, quant: str = "f16",
+                       progress: bool = True) -> tuple[Path, Path]:
+    """Convert a checkpoint directory; returns the paths of the LM GGUF and the codec GGUF."""
+    if quant not in QUANTS:
+        raise ConversionError(f"unknown quantization {quant!r}; expected one of {', '.join(QUANTS)}")
+    t0 = time.time()
+    ck = open_checkpoint(checkpoint_dir)
+    lm_kv, lm_tensors, _ = plan_lm(ck, quant)
+    codec_kv, codec_tensors = plan_codec(ck)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lm_path = write_gguf(out / lm_filename(quant), K.ARCH_LM, lm_kv, lm_tensors, progress, "lm ")
+    codec_path = write_gguf(out / CODEC_FILENAME, K.ARCH_CODEC, codec_kv, codec_tensors, progress, "codec ")
+    if progress:
+        print(f"wrote {lm_path} and {codec_path} in {time.time() - t0:.1f} s", file=sys.stderr)
+    return lm_path, codec_path

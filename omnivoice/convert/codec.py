@@ -1,0 +1,302 @@
+"""The codec GGUF (``omnivoice-tokenizer-F32.gguf``, arch ``omnivoice-tokenizer``): HuBERT, semantic encoder,
+DAC encoder/decoder and RVQ of the Higgs Audio v2 tokenizer, all F32.
+
+Tensor names are the Hugging Face names, shapes reversed into ggml order, except for two transforms:
+
+* HuBERT's positional conv is stored with its weight norm folded:
+  ``semantic_model.encoder.pos_conv_embed.conv.weight = g * v / ||v||`` with the norm over dims (0, 1)
+  (``torch._weight_norm(v, g, dim=2)``), from ``...conv.parametrizations.weight.original0`` (g, [1, 1, K])
+  and ``...original1`` (v, [C, C / groups, K]) (or the older ``weight_g`` / ``weight_v``).
+* Every ConvTranspose1d weight (torch [IC, OC, K]) is permuted for the mul_mat + col2im_1d decomposition:
+  ``W.transpose(1, 2, 0).reshape(OC * K, IC)`` -> ggml ne = (IC, K * OC) with k fastest inside the K * OC axis
+  (``omnivoice.conv_transpose_layout = "oc_k_ic"``; ``omnivoice.acoustic.decoder_kernels`` gives K to undo it).
+
+Dropped (never read at inference): ``decoder_semantic.*`` and ``fc1.*`` (semantic reconstruction, training
+only), ``quantizer.quantizers.*.codebook.{embed_avg, cluster_size, inited}`` (k-means EMA state), and
+``semantic_model.masked_spec_embed`` if present. Every hyper-parameter the graphs need is written as
+``omnivoice.*`` metadata (see ``omnivoice.gguf_keys``), so a small test checkpoint needs no special casing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+
+import numpy as np
+
+from .. import gguf_keys as K
+from .checkpoint import Checkpoint, require
+from .errors import CheckpointError
+from .gguf_out import OutTensor
+
+POS_CONV = "semantic_model.encoder.pos_conv_embed.conv"
+_DROP = re.compile(r"^(decoder_semantic\.|fc1\.|quantizer\.quantizers\.\d+\.codebook\.(embed_avg|cluster_size|inited)$"
+                   r"|semantic_model\.masked_spec_embed$)")
+_HUBERT_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "conv_dim",
+                  "conv_kernel", "conv_stride", "num_conv_pos_embeddings", "num_conv_pos_embedding_groups",
+                  "layer_norm_eps", "feat_extract_norm")
+
+
+def codec_hparams(cfg: dict, pre: dict | None = None) -> dict:
+    """Resolve the audio tokenizer config the way HiggsAudioV2TokenizerConfig does (same defaults)."""
+    where = "audio_tokenizer/config.json"
+    ac = cfg.get("acoustic_model_config")
+    sem = cfg.get("semantic_model_config")
+    if not isinstance(ac, dict) or not isinstance(sem, dict):
+        raise CheckpointError(f"{where}: acoustic_model_config and semantic_model_config are required")
+    aw, sw = f"{where} acoustic_model_config", f"{where} semantic_model_config"
+    down = [int(r) for r in require(ac, "downsampling_ratios", aw, list)]
+    up = [int(r) for r in (ac.get("upsampling_ratios") or down[::-1])]
+    for f in _HUBERT_FIELDS:
+        require(sem, f, sw, (int, float, list, str))
+    if sem.get("conv_pos_batch_norm"):
+        raise CheckpointError(f"{sw}: conv_pos_batch_norm is true; only the weight-normed positional conv is supported")
+    sr, ssr = int(cfg.get("sample_rate", 24000)), int(cfg.get("semantic_sample_rate", 16000))
+    dsf = int(cfg.get("downsample_factor", 320))
+    hop = int(np.prod(down))
+    frame_rate = math.ceil(sr / hop)
+    cb_size, cb_dim = int(cfg.get("codebook_size", 1024)), int(cfg.get("codebook_dim", 64))
+    bandwidths = cfg.get("target_bandwidths", [0.5, 1, 1.5, 2, 4])
+    n_q = int(1000 * bandwidths[-1] // (frame_rate * math.ceil(math.log2(cb_size))))
+    if pre is not None:
+        if pre.get("sampling_rate", sr) != sr or pre.get("hop_length", hop) != hop:
+            raise CheckpointError(f"audio_tokenizer/preprocessor_config.json: sampling_rate/hop_length "
+                                  f"{pre.get('sampling_rate')}/{pre.get('hop_length')} disagree with config.json "
+                                  f"({sr}/{hop})")
+    n_feat = len(sem["conv_dim"])
+    return {
+        "sample_rate": sr, "semantic_sample_rate": ssr, "downsample_factor": dsf,
+        "semantic_downsample_factor": int(hop / (sr / ssr) / dsf), "hop": hop, "frame_rate": frame_rate,
+        "codebook_size": cb_size, "codebook_dim": cb_dim, "n_quantizers": n_q,
+        "enc_hidden": require(ac, "encoder_hidden_size", aw), "dec_hidden": require(ac, "decoder_hidden_size", aw),
+        "ac_hidden": require(ac, "hidden_size", aw), "ac_n_codebooks": int(ac.get("n_codebooks", 9)),
+        "down": down, "up": up,
+        "sem": sem, "sem_hidden": int(sem["hidden_size"]), "n_feat": n_feat,
+        "kernel_size": int(cfg.get("kernel_size", 3)), "unit_kernel_size": int(cfg.get("unit_kernel_size", 3)),
+        "strides": [int(s) for s in cfg.get("strides", [1, 1])],
+        "channel_ratios": [float(r) for r in cfg.get("channel_ratios", [1, 1])],
+        "block_dilations": [int(d) for d in cfg.get("block_dilations", [1, 1])],
+    }
+
+
+def _conv(name: str, oc: int, ic: int, k: int, bias: bool = True) -> list[tuple[str, tuple]]:
+    return [(name + ".weight", (oc, ic, k))] + ([(name + ".bias", (oc,))] if bias else [])
+
+
+def _res_unit(p: str, d: int) -> list[tuple[str, tuple]]:
+    return ([(p + ".snake1.alpha", (1, d, 1))] + _conv(p + ".conv1", d, d, 7)
+            + [(p + ".snake2.alpha", (1, d, 1))] + _conv(p + ".conv2", d, d, 1))
+
+
+def semantic_encoder_channels(hp: dict) -> list[int]:
+    """Output width of each SemanticEncoder block."""
+    return [int(hp["sem_hidden"] * r) for r in hp["channel_ratios"]]
+
+
+def codec_inventory(hp: dict) -> list[tuple[str, tuple[int, ...]]]:
+    """Every tensor of the codec GGUF (after transforms: the folded pos conv, torch shapes), in file order."""
+    inv: list[tuple[str, tuple]] = []
+    sem, S = hp["sem"], hp["sem_hidden"]
+    # HuBERT
+    cin = 1
+    for i in range(hp["n_feat"]):
+        c = int(sem["conv_dim"][i])
+        inv += _conv(f"semantic_model.feature_extractor.conv_layers.{i}.conv", c, cin, int(sem["conv_kernel"][i]),
+                     bias=bool(sem.get("conv_bias", False)))
+        if (sem["feat_extract_norm"] == "group" and i == 0) or sem["feat_extract_norm"] == "layer":
+            inv += [(f"semantic_model.feature_extractor.conv_layers.{i}.layer_norm.weight", (c,)),
+                    (f"semantic_model.feature_extractor.conv_layers.{i}.layer_norm.bias", (c,))]
+        cin = c
+    if sem.get("feat_proj_layer_norm", True):
+        inv += [("semantic_model.feature_projection.layer_norm.weight", (cin,)),
+                ("semantic_model.feature_projection.layer_norm.bias", (cin,))]
+    inv += [("semantic_model.feature_projection.projection.weight", (S, cin)),
+            ("semantic_model.feature_projection.projection.bias", (S,))]
+    groups, kpos = int(sem["num_conv_pos_embedding_groups"]), int(sem["num_conv_pos_embeddings"])
+    inv += [(POS_CONV + ".weight", (S, S // groups, kpos)), (POS_CONV + ".bias", (S,)),
+            ("semantic_model.encoder.layer_norm.weight", (S,)), ("semantic_model.encoder.layer_norm.bias", (S,))]
+    inter = int(sem["intermediate_size"])
+    for i in range(int(sem["num_hidden_layers"])):
+        p = f"semantic_model.encoder.layers.{i}."
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            inv += [(p + f"attention.{proj}.weight", (S, S)), (p + f"attention.{proj}.bias", (S,))]
+        inv += [(p + "layer_norm.weight", (S,)), (p + "layer_norm.bias", (S,)),
+                (p + "feed_forward.intermediate_dense.weight", (inter, S)),
+                (p + "feed_forward.intermediate_dense.bias", (inter,)),
+                (p + "feed_forward.output_dense.weight", (S, inter)), (p + "feed_forward.output_dense.bias", (S,)),
+                (p + "final_layer_norm.weight", (S,)), (p + "final_layer_norm.bias", (S,))]
+    # semantic encoder
+    inv += _conv("encoder_semantic.conv", S, S, hp["kernel_size"], bias=False)
+    cin = S
+    for i, (stride, cout) in enumerate(zip(hp["strides"], semantic_encoder_channels(hp))):
+        p = f"encoder_semantic.conv_blocks.{i}"
+        for j in range(len(hp["block_dilations"])):
+            inv += _conv(f"{p}.res_units.{j}.conv1", cin, cin, hp["unit_kernel_size"], bias=False)
+            inv += _conv(f"{p}.res_units.{j}.conv2", cin, cin, 1, bias=False)
+        inv += _conv(p + ".conv", cout, cin, 3 if stride == 1 else 2 * stride)
+        cin = cout
+    # DAC encoder
+    E, H = hp["enc_hidden"], hp["ac_hidden"]
+    inv += _conv("acoustic_encoder.conv1", E, 1, 7)
+    for i, s in enumerate(hp["down"]):
+        dim = E * 2 ** (i + 1)
+        p = f"acoustic_encoder.block.{i}"
+        for r in (1, 2, 3):
+            inv += _res_unit(f"{p}.res_unit{r}", dim // 2)
+        inv += [(p + ".snake1.alpha", (1, dim // 2, 1))] + _conv(p + ".conv1", dim, dim // 2, 2 * s)
+    D = E * 2 ** len(hp["down"])
+    inv += [("acoustic_encoder.snake1.alpha", (1, D, 1))] + _conv("acoustic_encoder.conv2", H, D, 3)
+    # fc, RVQ, fc2
+    hc = H + S
+    inv += [("fc.weight", (hc, hc)), ("fc.bias", (hc,))]
+    for q in range(hp["n_quantizers"]):
+        p = f"quantizer.quantizers.{q}."
+        inv += [(p + "codebook.embed", (hp["codebook_size"], hp["codebook_dim"])),
+                (p + "project_in.weight", (hp["codebook_dim"], hc)), (p + "project_in.bias", (hp["codebook_dim"],)),
+                (p + "project_out.weight", (hc, hp["codebook_dim"])), (p + "project_out.bias", (hc,))]
+    inv += [("fc2.weight", (H, hc)), ("fc2.bias", (H,))]
+    # DAC decoder
+    Dd = hp["dec_hidden"]
+    inv += _conv("acoustic_decoder.conv1", Dd, H, 7)
+    for i, s in enumerate(hp["up"]):
+        ic, oc = Dd // 2 ** i, Dd // 2 ** (i + 1)
+        p = f"acoustic_decoder.block.{i}"
+        inv += [(p + ".snake1.alpha", (1, ic, 1)), (p + ".conv_t1.weight", (ic, oc, 2 * s)), (p + ".conv_t1.bias", (oc,))]
+        for r in (1, 2, 3):
+            inv += _res_unit(f"{p}.res_unit{r}", oc)
+    out = Dd // 2 ** len(hp["up"])
+    inv += [("acoustic_decoder.snake1.alpha", (1, out, 1))] + _conv("acoustic_decoder.conv2", 1, out, 7)
+    return inv
+
+
+def fold_weight_norm(g: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``torch._weight_norm(v, g, dim=2)``: each kernel tap's [C, C/groups] slice rescaled to norm g[k]."""
+    v64 = v.astype(np.float64)
+    norm = np.sqrt(np.sum(v64 * v64, axis=(0, 1), keepdims=True))
+    return (v64 * (g.astype(np.float64).reshape(1, 1, -1) / norm)).astype(np.float32)
+
+
+def permute_conv_transpose(w: np.ndarray) -> np.ndarray:
+    """torch ConvTranspose1d weight [IC, OC, K] -> [OC * K, IC] (ggml ne (IC, K * OC), k fastest)."""
+    ic, oc, k = w.shape
+    return np.ascontiguousarray(w.transpose(1, 2, 0).reshape(oc * k, ic))
+
+
+def _pos_conv_sources(ck: Checkpoint) -> tuple[str, str] | str:
+    p = POS_CONV
+    for g, v in ((p + ".parametrizations.weight.original0", p + ".parametrizations.weight.original1"),
+                 (p + ".weight_g", p + ".weight_v")):
+        if g in ck.codec and v in ck.codec:
+            return g, v
+    if p + ".weight" in ck.codec:
+        return p + ".weight"
+    raise CheckpointError(f"{ck.root / 'audio_tokenizer' / 'model.safetensors'}: HuBERT positional conv weight "
+                          f"missing ({p}.parametrizations.weight.original0/original1)")
+
+
+def _acoustic_meta(hp: dict) -> list[tuple]:
+    E, Dd = hp["enc_hidden"], hp["dec_hidden"]
+    return [
+        (K.AC_ENCODER_HIDDEN_SIZE, E, "u32"), (K.AC_DECODER_HIDDEN_SIZE, Dd, "u32"),
+        (K.AC_HIDDEN_SIZE, hp["ac_hidden"], "u32"), (K.AC_N_CODEBOOKS, hp["ac_n_codebooks"], "u32"),
+        (K.AC_HOP_LENGTH, hp["hop"], "u32"), (K.AC_UPSAMPLING_RATIOS, hp["up"], "[u32]"),
+        (K.AC_DOWNSAMPLING_RATIOS, hp["down"], "[u32]"), (K.AC_INPUT_PAD, hp["hop"] // 2, "u32"),
+        (K.AC_KERNEL_SIZE, 7, "u32"), (K.AC_ENCODER_OUT_KERNEL, 3, "u32"), (K.AC_RES_KERNEL, 7, "u32"),
+        (K.AC_RES_DILATIONS, [1, 3, 9], "[u32]"),
+        (K.AC_ENCODER_CHANNELS, [E * 2 ** (i + 1) for i in range(len(hp["down"]))], "[u32]"),
+        (K.AC_ENCODER_KERNELS, [2 * s for s in hp["down"]], "[u32]"),
+        (K.AC_ENCODER_PADDINGS, [math.ceil(s / 2) for s in hp["down"]], "[u32]"),
+        (K.AC_DECODER_CHANNELS, [Dd // 2 ** (i + 1) for i in range(len(hp["up"]))], "[u32]"),
+        (K.AC_DECODER_KERNELS, [2 * s for s in hp["up"]], "[u32]"),
+        (K.AC_DECODER_PADDINGS, [math.ceil(s / 2) for s in hp["up"]], "[u32]"),
+        (K.AC_DECODER_OUTPUT_PADDINGS, [s % 2 for s in hp["up"]], "[u32]"),
+        (K.AC_SNAKE_EPS, 1e-9, "f32"), (K.AC_DECODER_TANH, False, "bool"),
+    ]
+
+
+def _semantic_meta(hp: dict) -> list[tuple]:
+    sem = hp["sem"]
+    return [
+        (K.SEM_HIDDEN_SIZE, hp["sem_hidden"], "u32"), (K.SEM_INTERMEDIATE_SIZE, int(sem["intermediate_size"]), "u32"),
+        (K.SEM_NUM_HEADS, int(sem["num_attention_heads"]), "u32"),
+        (K.SEM_NUM_LAYERS, int(sem["num_hidden_layers"]), "u32"), (K.SEM_NUM_FEAT_LAYERS, hp["n_feat"], "u32"),
+        (K.SEM_CONV_DIM, [int(c) for c in sem["conv_dim"]], "[u32]"),
+        (K.SEM_CONV_KERNEL, [int(c) for c in sem["conv_kernel"]], "[u32]"),
+        (K.SEM_CONV_STRIDE, [int(c) for c in sem["conv_stride"]], "[u32]"),
+        (K.SEM_CONV_BIAS, bool(sem.get("conv_bias", False)), "bool"),
+        (K.SEM_FEAT_EXTRACT_NORM, str(sem["feat_extract_norm"]), "str"),
+        (K.SEM_DO_STABLE_LAYER_NORM, bool(sem.get("do_stable_layer_norm", False)), "bool"),
+        (K.SEM_FEAT_PROJ_LAYER_NORM, bool(sem.get("feat_proj_layer_norm", True)), "bool"),
+        (K.SEM_NUM_CONV_POS, int(sem["num_conv_pos_embeddings"]), "u32"),
+        (K.SEM_NUM_CONV_POS_GROUPS, int(sem["num_conv_pos_embedding_groups"]), "u32"),
+        (K.SEM_POS_CONV_TRIM, 1 if int(sem["num_conv_pos_embeddings"]) % 2 == 0 else 0, "u32"),
+        (K.SEM_LAYER_NORM_EPS, float(sem["layer_norm_eps"]), "f32"),
+        (K.SEM_GROUP_NORM_EPS, 1e-5, "f32"),  # torch.nn.GroupNorm's default, which HuBERT keeps
+        (K.SEM_HIDDEN_ACT, str(sem.get("hidden_act", "gelu")), "str"),
+        (K.SEM_FEAT_EXTRACT_ACT, str(sem.get("feat_extract_activation", "gelu")), "str"),
+        (K.SEM_INPUT_PAD, 160, "u32"),  # transformers' HiggsAudioV2TokenizerModel pads 160 samples each side
+        (K.SENC_KERNEL_SIZE, hp["kernel_size"], "u32"), (K.SENC_UNIT_KERNEL_SIZE, hp["unit_kernel_size"], "u32"),
+        (K.SENC_STRIDES, hp["strides"], "[u32]"), (K.SENC_CHANNEL_RATIOS, hp["channel_ratios"], "[f32]"),
+        (K.SENC_BLOCK_DILATIONS, hp["block_dilations"], "[u32]"),
+        (K.SENC_CHANNELS, semantic_encoder_channels(hp), "[u32]"),
+    ]
+
+
+def plan_codec(ck: Checkpoint) -> tuple[list[tuple], list[OutTensor]]:
+    """Metadata and tensors of the codec GGUF; raises CheckpointError before anything is written."""
+    hp = codec_hparams(ck.codec_config, ck.preprocessor_config)
+    inv = codec_inventory(hp)
+    pos = _pos_conv_sources(ck)
+    path = ck.root / "audio_tokenizer" / "model.safetensors"
+    problems = []
+    for name, shape in inv:
+        if name == POS_CONV + ".weight" and isinstance(pos, tuple):
+            g, v = pos
+            if ck.codec.shape(v) != shape or ck.codec.shape(g) != (1, 1, shape[2]):
+                problems.append(f"{v} / {g} have shapes {list(ck.codec.shape(v))} / {list(ck.codec.shape(g))}, "
+                                f"expected {list(shape)} / [1, 1, {shape[2]}]")
+        elif name not in ck.codec:
+            problems.append(f"{name} is missing")
+        elif ck.codec.shape(name) != shape:
+            problems.append(f"{name} has shape {list(ck.codec.shape(name))}, expected {list(shape)}")
+    if problems:
+        raise CheckpointError(f"{path}: weights do not match audio_tokenizer/config.json: " + "; ".join(problems[:10])
+                              + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""))
+    known = {n for n, _ in inv} | (set(pos) if isinstance(pos, tuple) else set())
+    extra = [n for n in ck.codec.names() if n not in known and not _DROP.match(n)]
+    if extra:
+        print(f"warning: dropping {len(extra)} unexpected codec tensor(s): {', '.join(extra[:5])}", file=sys.stderr)
+
+    def producer(name: str):
+        if name == POS_CONV + ".weight" and isinstance(pos, tuple):
+            return lambda: fold_weight_norm(ck.codec.get(pos[0]), ck.codec.get(pos[1]))
+        if name.endswith(".conv_t1.weight"):
+            return lambda: permute_conv_transpose(ck.codec.get(name))
+        return lambda: ck.codec.get(name).astype(np.float32)
+
+    def out_shape(name: str, shape: tuple) -> tuple:
+        if name.endswith(".conv_t1.weight"):
+            ic, oc, k = shape
+            return (oc * k, ic)
+        return shape
+
+    def source(name: str) -> str:
+        if name == POS_CONV + ".weight" and isinstance(pos, tuple):
+            return f"fold({pos[0]}, {pos[1]})"
+        return f"permute({name})" if name.endswith(".conv_t1.weight") else name
+
+    tensors = [OutTensor(n, out_shape(n, s), "F32", producer(n), source(n)) for n, s in inv]
+    kv = [
+        (K.GENERAL_NAME, "OmniVoice audio tokenizer", "str"),
+        (K.GENERAL_FILE_TYPE, 0, "u32"),
+        (K.SAMPLE_RATE, hp["sample_rate"], "u32"), (K.SEMANTIC_SAMPLE_RATE, hp["semantic_sample_rate"], "u32"),
+        (K.DOWNSAMPLE_FACTOR, hp["downsample_factor"], "u32"),
+        (K.SEMANTIC_DOWNSAMPLE_FACTOR, hp["semantic_downsample_factor"], "u32"),
+        (K.HOP_LENGTH, hp["hop"], "u32"), (K.FRAME_RATE, hp["frame_rate"], "u32"),
+        (K.HIDDEN_SIZE, hp["ac_hidden"] + hp["sem_hidden"], "u32"),
+        (K.CODEBOOK_SIZE, hp["codebook_size"], "u32"), (K.CODEBOOK_DIM, hp["codebook_dim"], "u32"),
+        (K.N_CODEBOOKS, hp["n_quantizers"], "u32"), (K.CONV_TRANSPOSE_LAYOUT, "oc_k_ic", "str"),
+        *_acoustic_meta(hp), *_semantic_meta(hp),
+    ]
+    return kv, tensors

@@ -1,0 +1,115 @@
+"""Streaming GGUF output: typed metadata, tensor encodings (F32/F16/BF16/Q8_0), atomic file replacement.
+
+Tensors are produced one at a time by callables, so memory stays at the largest tensor even for the
+full-size model. The file is written as ``.NAME.tmp-PID`` in the output directory and renamed at the end;
+on any error the temporary file is removed, so a half-written GGUF is never left behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import gguf
+import numpy as np
+
+from .errors import ConversionError
+
+MAX_NAME_BYTES = 127  # GGML_MAX_NAME (128) minus the terminating NUL, as built for this project
+
+QTYPES = {
+    "F32": gguf.GGMLQuantizationType.F32,
+    "F16": gguf.GGMLQuantizationType.F16,
+    "BF16": gguf.GGMLQuantizationType.BF16,
+    "Q8_0": gguf.GGMLQuantizationType.Q8_0,
+}
+
+_VTYPES = {
+    "u32": gguf.GGUFValueType.UINT32, "i32": gguf.GGUFValueType.INT32, "f32": gguf.GGUFValueType.FLOAT32,
+    "bool": gguf.GGUFValueType.BOOL, "str": gguf.GGUFValueType.STRING,
+}
+
+
+@dataclass
+class OutTensor:
+    """One tensor to write: GGUF name, torch-order shape, output type name and a producer of float32 values."""
+
+    name: str
+    shape: tuple[int, ...]
+    qtype: str
+    produce: Callable[[], np.ndarray]
+    source: str = ""  # for progress lines
+
+
+def nbytes(shape: tuple[int, ...], qtype: str) -> int:
+    """Bytes the tensor takes in the file (before alignment padding)."""
+    block, size = gguf.GGML_QUANT_SIZES[QTYPES[qtype]]
+    n = math.prod(shape)
+    if shape[-1] % block:
+        raise ConversionError(f"row length {shape[-1]} is not a multiple of the {qtype} block size {block}")
+    return n // block * size
+
+
+def encode(values: np.ndarray, qtype: str) -> np.ndarray:
+    """Values as the bytes GGUF stores for ``qtype`` (F16 round-to-nearest-even, BF16/Q8_0 as ggml does)."""
+    values = np.ascontiguousarray(values, dtype=np.float32)
+    if qtype == "F32":
+        return values
+    if qtype == "F16":
+        return values.astype(np.float16)
+    return gguf.quants.quantize(values, QTYPES[qtype])
+
+
+def check_name(name: str) -> None:
+    """Refuse names ggml cannot hold."""
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise ConversionError(f"tensor name {name!r} is {len(name.encode())} bytes, over the {MAX_NAME_BYTES} limit")
+
+
+def write_gguf(path: Path, arch: str, kv: list[tuple[str, Any, str]], tensors: list[OutTensor],
+               progress: bool = True, label: str = "") -> Path:
+    """Write a GGUF file at ``path`` atomically. ``kv`` holds (key, value, type) with type as in gguf_keys."""
+    seen = set()
+    for t in tensors:
+        check_name(t.name)
+        if t.name in seen:
+            raise ConversionError(f"tensor {t.name!r} would be written twice")
+        seen.add(t.name)
+        if t.qtype not in QTYPES:
+            raise ConversionError(f"tensor {t.name!r}: unknown output type {t.qtype!r}")
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    writer = gguf.GGUFWriter(tmp, arch)
+    try:
+        for key, value, vtype in kv:
+            if vtype.startswith("["):
+                sub = _VTYPES[vtype[1:-1]]
+                writer.add_key_value(key, list(value), gguf.GGUFValueType.ARRAY, sub_type=sub)
+            else:
+                writer.add_key_value(key, value, _VTYPES[vtype])
+        for t in tensors:
+            writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), nbytes(t.shape, t.qtype),
+                                   raw_dtype=QTYPES[t.qtype])
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        for i, t in enumerate(tensors):
+            values = t.produce()
+            if tuple(values.shape) != tuple(t.shape):
+                raise ConversionError(f"tensor {t.name!r}: produced shape {values.shape}, planned {t.shape}")
+            if progress:
+                src = f" <- {t.source}" if t.source and t.source != t.name else ""
+                print(f"{label}[{i + 1:4d}/{len(tensors)}] {t.name} {list(t.shape)} {t.qtype}{src}",
+                      file=sys.stderr, flush=True)
+            writer.write_tensor_data(encode(values, t.qtype))
+        writer.close()
+        os.replace(tmp, path)
+    except BaseException:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return path

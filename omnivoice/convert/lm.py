@@ -1,0 +1,184 @@
+"""The LM GGUF (``omnivoice-base-{QUANT}.gguf``, arch ``omnivoice-lm``): Qwen3 + audio embeddings/heads + tokenizer.
+
+Tensors keep their Hugging Face names (``llm.layers.N.self_attn.q_proj.weight``, ``audio_embeddings.weight``,
+...) and shapes (ggml ne = reversed torch shape). ``codebook_layer_offsets`` is dropped: its values go to the
+``omnivoice.codebook_layer_offsets`` metadata array.
+
+Storage types by ``--quant`` (norms are always F32):
+
+    quant   q/k/v/o/gate/up/down, audio_heads   embed_tokens, audio_embeddings
+    f32     F32                                 F32
+    f16     F16                                 F16
+    bf16    BF16                                BF16
+    q8_0    Q8_0                                F16   (ggml's get_rows on Q8_0 would cost precision for
+                                                        no speed; the embeddings are gathered, not multiplied)
+
+A matrix whose rows are not a multiple of 32 values cannot be Q8_0 and is stored F16 instead.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from .. import gguf_keys as K
+from .checkpoint import Checkpoint, require
+from .errors import CheckpointError, ConversionError
+from .gguf_out import OutTensor
+from .tokenizer import TokenizerData, read_tokenizer
+
+QUANTS = ("f32", "f16", "bf16", "q8_0")
+# quant -> (matrix type, embedding type, llama.cpp file type)
+_POLICY = {"f32": ("F32", "F32", 0), "f16": ("F16", "F16", 1), "bf16": ("BF16", "BF16", 32), "q8_0": ("Q8_0", "F16", 7)}
+_MATRIX_SUFFIXES = tuple(f".{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                     "down_proj"))
+EMBEDDINGS = ("llm.embed_tokens.weight", "audio_embeddings.weight")
+OFFSETS = "codebook_layer_offsets"
+
+
+def lm_hparams(config: dict) -> dict:
+    """Hyper-parameters the graph needs, read from config.json (and its llm_config)."""
+    where, lw = "config.json", "config.json llm_config"
+    llm = config["llm_config"]
+    hidden = require(llm, "hidden_size", lw)
+    heads = require(llm, "num_attention_heads", lw)
+    head_dim = llm.get("head_dim") or hidden // heads
+    rope = llm.get("rope_parameters") or {}
+    theta = rope.get("rope_theta", llm.get("rope_theta"))
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool):
+        raise CheckpointError(f"{lw}: rope_parameters.rope_theta (or rope_theta) is missing")
+    if rope.get("rope_type", "default") != "default":
+        raise CheckpointError(f"{lw}: rope_type {rope.get('rope_type')!r} is not supported (expected 'default')")
+    if llm.get("attention_bias"):
+        raise CheckpointError(f"{lw}: attention_bias is true; OmniVoice's Qwen3 has no attention biases")
+    weights = config.get("audio_codebook_weights") or [8, 8, 6, 6, 4, 4, 2, 2]
+    n_cb = require(config, "num_audio_codebook", where)
+    if len(weights) != n_cb:
+        raise CheckpointError(f"{where}: audio_codebook_weights has {len(weights)} entries, expected {n_cb}")
+    return {
+        "hidden": hidden, "layers": require(llm, "num_hidden_layers", lw), "heads": heads,
+        "kv_heads": require(llm, "num_key_value_heads", lw), "head_dim": head_dim,
+        "ffn": require(llm, "intermediate_size", lw), "context": require(llm, "max_position_embeddings", lw),
+        "rms_eps": float(require(llm, "rms_norm_eps", lw, (int, float))), "rope_theta": float(theta),
+        "vocab": require(llm, "vocab_size", lw), "tie": bool(llm.get("tie_word_embeddings", True)),
+        "n_codebooks": n_cb, "audio_vocab": require(config, "audio_vocab_size", where),
+        "mask_id": require(config, "audio_mask_id", where), "codebook_weights": [float(w) for w in weights],
+    }
+
+
+def lm_inventory(hp: dict) -> list[tuple[str, tuple[int, ...]]]:
+    """Every tensor the LM GGUF holds, with its torch shape, in file order."""
+    d, hd, L = hp["hidden"], hp["head_dim"], hp["layers"]
+    inv = [("llm.embed_tokens.weight", (hp["vocab"], d))]
+    for i in range(L):
+        p = f"llm.layers.{i}."
+        inv += [
+            (p + "self_attn.q_proj.weight", (hp["heads"] * hd, d)),
+            (p + "self_attn.k_proj.weight", (hp["kv_heads"] * hd, d)),
+            (p + "self_attn.v_proj.weight", (hp["kv_heads"] * hd, d)),
+            (p + "self_attn.o_proj.weight", (d, hp["heads"] * hd)),
+            (p + "self_attn.q_norm.weight", (hd,)),
+            (p + "self_attn.k_norm.weight", (hd,)),
+            (p + "mlp.gate_proj.weight", (hp["ffn"], d)),
+            (p + "mlp.up_proj.weight", (hp["ffn"], d)),
+            (p + "mlp.down_proj.weight", (d, hp["ffn"])),
+            (p + "input_layernorm.weight", (d,)),
+            (p + "post_attention_layernorm.weight", (d,)),
+        ]
+    n_audio = hp["n_codebooks"] * hp["audio_vocab"]
+    inv += [("llm.norm.weight", (d,)), ("audio_embeddings.weight", (n_audio, d)), ("audio_heads.weight", (n_audio, d))]
+    return inv
+
+
+def storage_type(name: str, shape: tuple[int, ...], quant: str) -> str:
+    """GGUF type of one LM tensor under ``quant`` (see the module doc)."""
+    if quant not in _POLICY:
+        raise ConversionError(f"unknown quantization {quant!r}; expected one of {', '.join(QUANTS)}")
+    matrix, embedding, _ = _POLICY[quant]
+    if name in EMBEDDINGS:
+        return embedding
+    if name.endswith(_MATRIX_SUFFIXES) or name == "audio_heads.weight":
+        if matrix == "Q8_0" and shape[-1] % 32:
+            return "F16"
+        return matrix
+    return "F32"
+
+
+def _codebook_offsets(ck: Checkpoint, hp: dict) -> list[int]:
+    n = hp["n_codebooks"]
+    if OFFSETS not in ck.lm:
+        print(f"warning: {OFFSETS} is absent; using k * {hp['audio_vocab']}", file=sys.stderr)
+        return [k * hp["audio_vocab"] for k in range(n)]
+    off = ck.lm.get(OFFSETS)
+    if off.shape != (n,):
+        raise CheckpointError(f"{ck.root / 'model.safetensors'}: {OFFSETS} has shape {off.shape}, expected ({n},)")
+    return [int(v) for v in off]
+
+
+def plan_lm(ck: Checkpoint, quant: str) -> tuple[list[tuple], list[OutTensor], TokenizerData]:
+    """Metadata and tensors of the LM GGUF; raises CheckpointError before anything is written."""
+    hp = lm_hparams(ck.config)
+    inv = lm_inventory(hp)
+    problems = []
+    for name, shape in inv:
+        if name not in ck.lm:
+            problems.append(f"{name} is missing")
+        elif ck.lm.shape(name) != shape:
+            problems.append(f"{name} has shape {list(ck.lm.shape(name))}, expected {list(shape)}")
+    if problems:
+        raise CheckpointError(f"{ck.root}: LM weights do not match config.json: " + "; ".join(problems[:10])
+                              + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""))
+    known = {n for n, _ in inv} | {OFFSETS}
+    extra = [n for n in ck.lm.names() if n not in known]
+    if extra:
+        print(f"warning: dropping {len(extra)} unexpected LM tensor(s): {', '.join(extra[:5])}", file=sys.stderr)
+    tok = read_tokenizer(ck.tokenizer_json, ck.tokenizer_config, hp["vocab"], str(ck.root / "tokenizer.json"))
+    specials = {}
+    for key, text in K.SPECIAL_TOKENS.items():
+        if text not in tok.added:
+            raise CheckpointError(f"{ck.root / 'tokenizer.json'}: added token {text!r} is missing")
+        specials[key] = tok.added[text]
+    _, _, file_type = _POLICY[quant] if quant in _POLICY else (None, None, None)
+    if file_type is None:
+        raise ConversionError(f"unknown quantization {quant!r}; expected one of {', '.join(QUANTS)}")
+    kv: list[tuple] = [
+        (K.GENERAL_NAME, "OmniVoice", "str"),
+        (K.GENERAL_FILE_TYPE, file_type, "u32"),
+        (K.LM_BLOCK_COUNT, hp["layers"], "u32"),
+        (K.LM_CONTEXT_LENGTH, hp["context"], "u32"),
+        (K.LM_EMBEDDING_LENGTH, hp["hidden"], "u32"),
+        (K.LM_FEED_FORWARD_LENGTH, hp["ffn"], "u32"),
+        (K.LM_HEAD_COUNT, hp["heads"], "u32"),
+        (K.LM_HEAD_COUNT_KV, hp["kv_heads"], "u32"),
+        (K.LM_KEY_LENGTH, hp["head_dim"], "u32"),
+        (K.LM_VALUE_LENGTH, hp["head_dim"], "u32"),
+        (K.LM_RMS_EPS, hp["rms_eps"], "f32"),
+        (K.LM_ROPE_FREQ_BASE, hp["rope_theta"], "f32"),
+        (K.LM_VOCAB_SIZE, hp["vocab"], "u32"),
+        (K.TIE_WORD_EMBEDDINGS, hp["tie"], "bool"),
+        (K.NUM_AUDIO_CODEBOOK, hp["n_codebooks"], "u32"),
+        (K.AUDIO_VOCAB_SIZE, hp["audio_vocab"], "u32"),
+        (K.AUDIO_MASK_ID, hp["mask_id"], "u32"),
+        (K.AUDIO_CODEBOOK_WEIGHTS, hp["codebook_weights"], "[f32]"),
+        (K.CODEBOOK_LAYER_OFFSETS, _codebook_offsets(ck, hp), "[u32]"),
+        *[(key, tid, "u32") for key, tid in specials.items()],
+        (K.TOKENIZER_MODEL, "gpt2", "str"),
+        (K.TOKENIZER_PRE, "qwen2", "str"),
+        (K.TOKENIZER_TOKENS, tok.tokens, "[str]"),
+        (K.TOKENIZER_TOKEN_TYPE, tok.token_types, "[i32]"),
+        (K.TOKENIZER_MERGES, tok.merges, "[str]"),
+    ]
+    for key, tid in ((K.TOKENIZER_BOS_ID, tok.bos_id), (K.TOKENIZER_EOS_ID, tok.eos_id), (K.TOKENIZER_PAD_ID, tok.pad_id)):
+        if tid is not None:
+            kv.append((key, tid, "u32"))
+    kv += [
+        (K.TOKENIZER_ADD_BOS, False, "bool"),
+        (K.TOKENIZER_PRETOKENIZE_REGEX, tok.pretokenize_regex or "", "str"),
+        (K.TOKENIZER_NORMALIZER, tok.normalizer, "str"),
+    ]
+    tensors = [
+        OutTensor(name, shape, storage_type(name, shape, quant), (lambda n=name: ck.lm.get(n).astype(np.float32)), name)
+        for name, shape in inv
+    ]
+    return kv, tensors, tok

@@ -1,0 +1,343 @@
+"""The MaskGIT decoder loop in numpy: a port of the reference's ``_generate_iterative``.
+
+One call generates the audio tokens of one chunk. The language model stays behind the small
+:class:`GuidedLM` protocol (the ggml runner implements it; tests use a fake), so this module is
+pure numpy. Per step the loop:
+
+1. asks the LM for classifier-free-guided log-probabilities of the current tokens,
+2. predicts a token per position (argmax, or Gumbel sampling among the top 10 % of classes when
+   ``class_temperature > 0``) with its confidence (the max log-probability),
+3. lowers the confidence of codebook ``c`` by ``c * layer_penalty_factor`` and, when
+   ``position_temperature > 0``, perturbs it with Gumbel noise,
+4. unmasks the ``schedule[step]`` still-masked positions of highest score.
+
+Numerics follow the reference as it runs on CUDA, where its random numbers come from
+(:class:`~omnivoice.generate.philox.CudaPhiloxGenerator` re-creates that stream): dividing a
+float32 tensor by a Python float is a multiplication by the float32 reciprocal there, and draws
+happen in the reference's order and sizes (class noise of [C, T, V] first, then position noise of
+[C, T]; nothing is drawn for a step that unmasks nothing), and the logarithms of the Gumbel noise
+are CUDA's ``logf`` (:mod:`omnivoice.generate.cuda_math`). Checked on an H200 by
+tools/philox_cuda_check.py.
+
+Ties: ``torch.topk`` has no defined order among equal values. Here every top-k (the positions to
+unmask, the 10 % class filter) prefers the lower flat index among equal scores, and argmax takes
+the first maximum, so results are deterministic; with continuous scores ties do not occur.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol, Sequence
+
+import numpy as np
+
+from .cuda_math import logf
+from .philox import CudaPhiloxGenerator
+from .schedule import unmask_schedule
+
+__all__ = [
+    "GenerationConfig",
+    "GuidedLM",
+    "StepCallback",
+    "StepChoice",
+    "filter_top_k",
+    "generate",
+    "gumbel_noise",
+    "gumbel_sample",
+    "sample_classes",
+    "teacher_force",
+    "top_k_positions",
+]
+
+_CLASS_TOP_K_RATIO = 0.1  # the reference's _filter_top_k ratio
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Sampler settings, defaults as in the reference's ``OmniVoiceGenerationConfig``.
+
+    ``guidance_scale`` is applied by the LM runner (see :class:`GuidedLM`); it is kept here so one
+    object carries the whole sampler configuration.
+    """
+
+    num_step: int = 32
+    guidance_scale: float = 2.0
+    t_shift: float = 0.1
+    layer_penalty_factor: float = 5.0
+    position_temperature: float = 5.0
+    class_temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        if int(self.num_step) != self.num_step or self.num_step < 1:
+            raise ValueError(f"GenerationConfig.num_step must be an integer >= 1, got {self.num_step!r}")
+        if not self.t_shift > 0:
+            raise ValueError(f"GenerationConfig.t_shift must be > 0, got {self.t_shift!r}")
+        for name in ("position_temperature", "class_temperature", "guidance_scale"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"GenerationConfig.{name} must be a finite number >= 0, got {value!r}")
+        if not math.isfinite(self.layer_penalty_factor):
+            raise ValueError(
+                f"GenerationConfig.layer_penalty_factor must be finite, got {self.layer_penalty_factor!r}"
+            )
+
+    @property
+    def deterministic(self) -> bool:
+        """True when no random numbers are drawn (both temperatures are 0)."""
+        return self.class_temperature == 0 and self.position_temperature == 0
+
+
+class GuidedLM(Protocol):
+    """What the loop needs from the language model of one chunk.
+
+    The runner owns a prompt fixed for the chunk (conditional row: text, reference audio tokens,
+    then the target window; unconditional row: the target window alone). Both methods take the
+    current target tokens ``tokens`` (int32 [C, T]; the mask id where a position is still
+    masked), write them into the target window of both rows, run the LM and combine the two rows
+    with classifier-free guidance of scale g::
+
+        c = log_softmax(cond_logits)      # over V, for each of the C x T target positions
+        u = log_softmax(uncond_logits)
+        log_probs = log_softmax(c + g * (c - u))   # or log_softmax(cond_logits) when g == 0
+
+    in float32, as the reference's ``_predict_tokens_with_scoring`` does.
+    """
+
+    def guided_log_probs(self, tokens: np.ndarray) -> np.ndarray:
+        """Return ``log_probs`` as float32 [C, T, V], mask column NOT yet set to -inf."""
+        ...
+
+    def guided_argmax(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return ``(pred, score)``: argmax (int32 [C, T]) and max (float32 [C, T]) of ``log_probs``
+        over V with the mask column excluded. The runner may compute these in its graph so that
+        only [C, T] crosses to the host."""
+        ...
+
+
+StepCallback = Callable[[int, np.ndarray, np.ndarray], None]
+"""``on_step(step, tokens_before, positions)``: step index, int32 [C, T] tokens the LM saw (a copy),
+and the flat positions (``c * T + t``, int64, best score first) unmasked at that step."""
+
+
+@dataclass(frozen=True)
+class StepChoice:
+    """The choice of one step: flat positions (best score first) and the tokens put there."""
+
+    positions: np.ndarray  # int64 [k]
+    tokens: np.ndarray  # int32 [k]
+
+
+def gumbel_noise(u: np.ndarray) -> np.ndarray:
+    """``-log(-log(u + 1e-10) + 1e-10)`` in float32, bit for bit as torch computes it on CUDA."""
+    u = np.asarray(u, dtype=np.float32)
+    eps = np.float32(1e-10)
+    return -logf(-logf(u + eps) + eps)
+
+
+def gumbel_sample(logits: np.ndarray, temperature: float, rng: CudaPhiloxGenerator) -> np.ndarray:
+    """The reference's ``_gumbel_sample``: ``logits / temperature + gumbel_noise(rand_like(logits))``.
+
+    The division is done as CUDA does it for a Python-float divisor: multiplication by the
+    reciprocal, computed in float64 and rounded to float32.
+    """
+    if not temperature > 0:
+        raise ValueError(f"gumbel_sample: temperature must be > 0, got {temperature!r}")
+    logits = np.asarray(logits, dtype=np.float32)
+    inv = np.float32(1.0 / float(temperature))
+    scaled = logits * inv
+    u = rng.rand_like(scaled.shape)
+    return scaled + gumbel_noise(u)
+
+
+def sample_classes(log_probs: np.ndarray, temperature: float, rng: CudaPhiloxGenerator) -> np.ndarray:
+    """``gumbel_sample(filter_top_k(log_probs), temperature, rng).argmax(-1)`` (int32), computed faster.
+
+    The whole ``rand_like`` draw is made (the stream must advance as the reference's does), but
+    the noise is evaluated only where the top-k filter keeps a class: elsewhere the sample is -inf
+    whatever the noise.
+    """
+    if not temperature > 0:
+        raise ValueError(f"sample_classes: temperature must be > 0, got {temperature!r}")
+    log_probs = np.asarray(log_probs, dtype=np.float32)
+    keep = _top_k_mask(log_probs, math.ceil(_CLASS_TOP_K_RATIO * log_probs.shape[-1]))
+    u = rng.rand_like(log_probs.shape)
+    perturbed = np.full(log_probs.shape, -np.inf, dtype=np.float32)
+    perturbed[keep] = log_probs[keep] * np.float32(1.0 / float(temperature)) + gumbel_noise(u[keep])
+    return perturbed.argmax(axis=-1).astype(np.int32)
+
+
+def _top_k_mask(values: np.ndarray, k: int) -> np.ndarray:
+    """Boolean mask of the k largest entries along the last axis, ties broken by lower index."""
+    n = values.shape[-1]
+    if not 0 <= k <= n:
+        raise ValueError(f"top-k: k must be in [0, {n}], got {k}")
+    if k == 0:
+        return np.zeros(values.shape, dtype=bool)
+    if k == n:
+        return np.ones(values.shape, dtype=bool)
+    thr = np.partition(values, n - k, axis=-1)[..., n - k : n - k + 1]
+    above = values > thr
+    equal = values == thr
+    room = k - above.sum(axis=-1, keepdims=True)
+    return above | (equal & (np.cumsum(equal, axis=-1) <= room))
+
+
+def filter_top_k(log_probs: np.ndarray, ratio: float = _CLASS_TOP_K_RATIO) -> np.ndarray:
+    """The reference's ``_filter_top_k``: keep the ``ceil(ratio * V)`` largest values per row, -inf elsewhere."""
+    log_probs = np.asarray(log_probs, dtype=np.float32)
+    k = math.ceil(ratio * log_probs.shape[-1])
+    keep = _top_k_mask(log_probs, k)
+    return np.where(keep, log_probs, np.float32(-np.inf)).astype(np.float32)
+
+
+def top_k_positions(scores: np.ndarray, k: int) -> np.ndarray:
+    """Flat indices of the k largest scores, largest first, ties by lower index (int64 [k])."""
+    flat = np.asarray(scores).reshape(-1)
+    if not 0 <= k <= flat.size:
+        raise ValueError(f"top_k_positions: k must be in [0, {flat.size}], got {k}")
+    # A stable sort of the negated scores keeps equal scores in index order.
+    order = np.argsort(-flat, kind="stable")
+    return order[:k].astype(np.int64)
+
+
+def _check_tokens(tokens: np.ndarray, num_codebooks: int, num_target_tokens: int, what: str) -> np.ndarray:
+    tokens = np.asarray(tokens)
+    if tokens.shape != (num_codebooks, num_target_tokens):
+        raise ValueError(f"{what}: expected shape ({num_codebooks}, {num_target_tokens}), got {tokens.shape}")
+    return tokens
+
+
+def _choose(
+    lm: GuidedLM,
+    tokens: np.ndarray,
+    k: int,
+    config: GenerationConfig,
+    rng: Optional[CudaPhiloxGenerator],
+    penalty: np.ndarray,
+    mask_id: int,
+    step: int,
+) -> StepChoice:
+    """One MaskGIT step on ``tokens`` (int32 [C, T]): which k positions to unmask, with which tokens."""
+    num_codebooks, num_target_tokens = tokens.shape
+    lm_tokens = tokens.copy()  # the runner must not be able to alter the loop's state
+    if config.class_temperature > 0:
+        log_probs = np.array(lm.guided_log_probs(lm_tokens), dtype=np.float32)
+        if log_probs.ndim != 3 or log_probs.shape[:2] != (num_codebooks, num_target_tokens):
+            raise ValueError(
+                f"guided_log_probs at step {step}: expected shape ({num_codebooks}, {num_target_tokens}, V), "
+                f"got {log_probs.shape}"
+            )
+        if not 0 <= mask_id < log_probs.shape[2]:
+            raise ValueError(f"mask_id {mask_id} is outside the LM's vocabulary of {log_probs.shape[2]}")
+        log_probs[..., mask_id] = -np.inf
+        pred = sample_classes(log_probs, config.class_temperature, rng)
+        conf = log_probs.max(axis=-1)
+    else:
+        pred, conf = lm.guided_argmax(lm_tokens)
+        pred = _check_tokens(pred, num_codebooks, num_target_tokens, f"guided_argmax pred at step {step}")
+        conf = _check_tokens(conf, num_codebooks, num_target_tokens, f"guided_argmax score at step {step}")
+        pred = pred.astype(np.int32)
+        conf = conf.astype(np.float32)
+
+    scores = conf - penalty
+    if config.position_temperature > 0:
+        scores = gumbel_sample(scores, config.position_temperature, rng)
+    if np.isnan(scores).any():
+        raise ValueError(f"MaskGIT step {step}: the LM produced NaN scores")
+    scores = np.where(tokens != mask_id, np.float32(-np.inf), scores)
+    positions = top_k_positions(scores, k)
+    chosen = pred.reshape(-1)[positions]
+    if (chosen == mask_id).any():
+        raise ValueError(f"MaskGIT step {step}: the LM predicted the mask id {mask_id} at an unmasked position")
+    return StepChoice(positions=positions, tokens=chosen.astype(np.int32))
+
+
+def _prepare(config: GenerationConfig, rng: Optional[CudaPhiloxGenerator], num_codebooks: int) -> np.ndarray:
+    if not config.deterministic and rng is None:
+        raise ValueError(
+            "MaskGIT: a random generator (CudaPhiloxGenerator) is needed when class_temperature or "
+            f"position_temperature is > 0 (got {config.class_temperature}, {config.position_temperature})"
+        )
+    if num_codebooks < 1:
+        raise ValueError(f"MaskGIT: num_codebooks must be >= 1, got {num_codebooks}")
+    # The reference subtracts layer_ids * factor, an int tensor times a Python float: float32.
+    return (np.arange(num_codebooks, dtype=np.float32) * np.float32(config.layer_penalty_factor))[:, None]
+
+
+def generate(
+    lm: GuidedLM,
+    num_target_tokens: int,
+    config: GenerationConfig = GenerationConfig(),
+    rng: Optional[CudaPhiloxGenerator] = None,
+    num_codebooks: int = 8,
+    mask_id: int = 1024,
+    on_step: Optional[StepCallback] = None,
+) -> np.ndarray:
+    """Run the MaskGIT decoder for one chunk and return its tokens (int32 [num_codebooks, T]).
+
+    Args:
+        lm: the chunk's LM runner (:class:`GuidedLM`).
+        num_target_tokens: T, the number of audio frames to generate.
+        config: sampler settings.
+        rng: random generator, required unless both temperatures are 0; it is advanced in place,
+            so passing the same generator to successive chunks threads the stream as the
+            reference's global CUDA generator does.
+        num_codebooks: C.
+        mask_id: the audio mask token id.
+        on_step: optional callback, see :data:`StepCallback`. Steps that unmask nothing (small T)
+            run no LM call and no callback.
+    """
+    num_target_tokens = int(num_target_tokens)
+    if num_target_tokens < 1:
+        raise ValueError(f"generate: num_target_tokens must be >= 1, got {num_target_tokens}")
+    penalty = _prepare(config, rng, num_codebooks)
+    tokens = np.full((num_codebooks, num_target_tokens), mask_id, dtype=np.int32)
+    schedule = unmask_schedule(num_codebooks * num_target_tokens, config.num_step, config.t_shift)
+    for step, k in enumerate(schedule):
+        if k <= 0:
+            continue  # the reference skips the item: no scoring, no random draw
+        choice = _choose(lm, tokens, k, config, rng, penalty, mask_id, step)
+        if on_step is not None:
+            on_step(step, tokens.copy(), choice.positions.copy())
+        tokens.reshape(-1)[choice.positions] = choice.tokens
+    return tokens
+
+
+def teacher_force(
+    lm: GuidedLM,
+    step_tokens: Sequence[np.ndarray] | np.ndarray,
+    config: GenerationConfig = GenerationConfig(),
+    rng: Optional[CudaPhiloxGenerator] = None,
+    mask_id: int = 1024,
+) -> list[StepChoice]:
+    """Replay the loop on given per-step inputs and return what each step would choose.
+
+    For parity tests: ``step_tokens[s]`` (int [C, T]) is the input of step ``s`` as recorded from
+    another implementation. Each step is scored from that input (not from this loop's own previous
+    choices), so one differing choice does not derail the steps after it. The schedule comes from
+    ``config`` and T; steps whose count is 0 give empty choices. At most ``config.num_step`` steps.
+    """
+    if len(step_tokens) == 0:
+        return []
+    first = np.asarray(step_tokens[0])
+    if first.ndim != 2:
+        raise ValueError(f"teacher_force: each step's tokens must be [C, T], got shape {first.shape}")
+    num_codebooks, num_target_tokens = first.shape
+    if len(step_tokens) > config.num_step:
+        raise ValueError(f"teacher_force: {len(step_tokens)} steps given, config.num_step is {config.num_step}")
+    penalty = _prepare(config, rng, num_codebooks)
+    schedule = unmask_schedule(num_codebooks * num_target_tokens, config.num_step, config.t_shift)
+    choices = []
+    for step, given in enumerate(step_tokens):
+        tokens = _check_tokens(given, num_codebooks, num_target_tokens, f"teacher_force step {step}")
+        tokens = tokens.astype(np.int32)
+        k = schedule[step]
+        if k <= 0:
+            choices.append(StepChoice(np.empty(0, np.int64), np.empty(0, np.int32)))
+            continue
+        masked = int((tokens == mask_id).sum())
+        if masked < k:
+            raise ValueError(f"teacher_force step {step}: {masked} masked positions, the schedule unmasks {k}")
+        choices.append(_choose(lm, tokens, k, config, rng, penalty, mask_id, step))
+    return choices
