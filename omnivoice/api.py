@@ -133,8 +133,12 @@ class OmniVoice:
             except (TypeError, ValueError):
                 raise TypeError("ref_audio must be a path or a (samples, sample_rate) tuple") from None
             samples = np.asarray(samples, dtype=np.float32)
-        clip, rms = preprocess_reference(samples, int(rate), preprocess=preprocess_prompt,
-                                         target_rate=self.sample_rate, hop_length=self.codec.hop_length)
+        source = os.fspath(ref_audio) if isinstance(ref_audio, (str, os.PathLike)) else "ref_audio"
+        try:
+            clip, rms = preprocess_reference(samples, int(rate), preprocess=preprocess_prompt,
+                                             target_rate=self.sample_rate, hop_length=self.codec.hop_length)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
         codes = self.codec.encode(clip)
         text = add_punctuation(ref_text) if preprocess_prompt else ref_text
         return VoicePrompt(codes, text, rms)

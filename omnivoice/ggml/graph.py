@@ -80,8 +80,15 @@ def new_tensor(ctx, ggml_type: int, shape: tuple[int, ...]):
     return fn(ctx, ggml_type, *ne)
 
 
+def _check_allocated(t, what: str = "") -> None:
+    if t.buffer == ffi.NULL and t.view_src == ffi.NULL:
+        raise ValueError(f"{what or tensor_name(t)} has no memory: it is not part of the allocated graph "
+                         "(unused by every output?)")
+
+
 def read_tensor(t) -> np.ndarray:
     """Copy a tensor's data from its backend buffer into a new numpy array (F32, F16 or I32)."""
+    _check_allocated(t)
     dtype = types.numpy_dtype(t.type)
     if not lib.ggml_is_contiguous(t):
         raise ValueError(f"tensor {tensor_name(t)!r} is not contiguous; make it so with ggml_cont before reading")
@@ -92,6 +99,7 @@ def read_tensor(t) -> np.ndarray:
 
 def write_tensor(t, array: np.ndarray, what: str = "") -> None:
     """Copy a numpy array into a tensor, checking dtype and shape first (a ggml assert would abort the process)."""
+    _check_allocated(t, what)
     dtype = types.numpy_dtype(t.type)
     array = np.asarray(array)
     if array.dtype != dtype:

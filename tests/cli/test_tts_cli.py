@@ -1,0 +1,178 @@
+"""`python -m omnivoice.tts` run for real in a subprocess on the tiny checkpoint: outputs, streaming, SRT
+dubbing, debug dumps, and one clear message (with the bad-input exit status, no partial file) per bad input."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.golden_paths import GOLDEN
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = ["--steps", "4", "--seed", "0", "--quiet", "--backend", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_gguf):
+    return ["--model", str(tiny_gguf["f32"]), "--codec", str(tiny_gguf["codec"])]
+
+
+def tts(*args, stdin: bytes | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "omnivoice.tts", *map(str, args)], input=stdin, cwd=ROOT,
+                          capture_output=True, timeout=timeout)
+
+
+def test_text_argument_to_wav(model, tmp_path):
+    out = tmp_path / "hello.wav"
+    r = tts("Hello there. How are you?", *model, *FAST, "-o", out, "--format", "wav24")
+    assert r.returncode == 0, r.stderr.decode()
+    audio, rate = sf.read(out)
+    info = sf.info(out)
+    assert rate == 24000 and info.subtype == "PCM_24" and len(audio) > 2400
+    assert 0.05 < np.abs(audio).max() <= 0.51  # auto voice is peak-normalised to 0.5
+
+
+def test_stdin_text_and_dump(model, tmp_path):
+    out, dump = tmp_path / "a.wav", tmp_path / "dump"
+    r = tts(*model, *FAST, "-o", out, "--dump", dump, "--lang", "en", stdin=b"Good morning.\n")
+    assert r.returncode == 0, r.stderr.decode()
+    ids, logits, tokens = (np.load(dump / n) for n in ("prompt_ids.npy", "logits0.npy", "tokens_0.npy"))
+    assert ids.dtype == np.int32 and ids.shape[0] == 8
+    assert tokens.dtype == np.int32 and tokens.shape[0] == 8
+    assert logits.dtype == np.float32 and logits.shape == (8, tokens.shape[1], 1025)
+
+
+def test_maskgit_test_writes_tokens_only(model, tmp_path):
+    dump = tmp_path / "mg"
+    r = tts(*model, *FAST, "--maskgit-test", "--dump", dump, "--duration", "0.4", stdin=b"Hi.")
+    assert r.returncode == 0, r.stderr.decode()
+    assert np.load(dump / "tokens_0.npy").shape == (8, 10)
+    assert not (ROOT / "output.wav").exists() or (ROOT / "output.wav").stat().st_mtime < (dump / "tokens_0.npy").stat().st_mtime
+
+
+def test_stream_to_stdout(model):
+    r = tts(*model, *FAST, "-o", "-", stdin=b"First sentence here. Second one follows!")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout[:4] == b"RIFF" and r.stdout[8:12] == b"WAVE"
+    audio, rate = sf.read(io.BytesIO(r.stdout), dtype="float32")
+    assert rate == 24000 and len(audio) > 4800
+
+
+def test_stream_by_line_writes_one_wav_per_line(model):
+    r = tts(*model, *FAST, "-o", "-", "--stream-by-line", stdin=b"One line.\nAnother line.\n")
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.count(b"RIFF") == 2
+
+
+def test_srt_dubbing_timeline(model, tmp_path):
+    srt = tmp_path / "subs.srt"
+    srt.write_text("1\n00:00:00,000 --> 00:00:00,800\nHello there.\n\n"
+                   "2\n00:00:01,500 --> 00:00:02,200\nGoodbye now.\n", encoding="utf-8")
+    out = tmp_path / "dub.wav"
+    r = tts(*model, *FAST, "--srt", srt, "-o", out)
+    assert r.returncode == 0, r.stderr.decode()
+    audio, rate = sf.read(out)
+    assert rate == 24000 and abs(len(audio) / rate - 2.2) < 0.05
+    assert np.abs(audio[int(0.85 * rate):int(1.45 * rate)]).max() == 0  # silence between the cues
+
+
+def test_clone_from_wav_then_reuse_saved_voice(model, tmp_path):
+    d = np.load(GOLDEN / "ref_clone.npz")
+    ref = tmp_path / "ref.wav"
+    sf.write(ref, np.stack([d["ref_wav_input"]] * 2, 1), 24000)  # stereo on purpose
+    voice = tmp_path / "me.rvq"
+    r = tts("Nice to see you.", *model, *FAST, "--ref-wav", ref, "--ref-text", "Hello world. This is a short "
+            "synthetic reference clip", "--save-voice", voice, "-o", tmp_path / "c1.wav")
+    assert r.returncode == 0, r.stderr.decode()
+    assert voice.is_file() and Path(str(voice) + ".txt").is_file()
+    r = tts("Nice to see you.", *model, *FAST, "--ref-rvq", voice, "-o", tmp_path / "c2.wav")
+    assert r.returncode == 0, r.stderr.decode()
+    a, _ = sf.read(tmp_path / "c1.wav")
+    b, _ = sf.read(tmp_path / "c2.wav")
+    np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------- bad input
+def bad(r: subprocess.CompletedProcess, *words: str) -> str:
+    err = r.stderr.decode()
+    assert r.returncode == 2, err
+    for w in words:
+        assert w.lower() in err.lower(), err
+    assert "Traceback" not in err
+    return err
+
+
+def test_empty_text(model, tmp_path):
+    bad(tts(*model, *FAST, "-o", tmp_path / "x.wav", stdin=b"  \n\t "), "empty")
+    assert not (tmp_path / "x.wav").exists()
+
+
+def test_unknown_language_suggests(model, tmp_path):
+    bad(tts("Hi.", *model, *FAST, "--lang", "Englsh", "-o", tmp_path / "x.wav"), "Englsh", "English")
+
+
+def test_invalid_instruct(model, tmp_path):
+    bad(tts("Hi.", *model, *FAST, "--instruct", "female, purple voice", "-o", tmp_path / "x.wav"), "purple")
+
+
+def test_ref_wav_without_ref_text(model, tmp_path):
+    bad(tts("Hi.", *model, *FAST, "--ref-wav", GOLDEN / "README.md", "-o", tmp_path / "x.wav"), "--ref-text")
+
+
+@pytest.mark.parametrize("kind", ["silent", "1ms", "not_audio"])
+def test_bad_reference_audio(model, tmp_path, kind):
+    ref = tmp_path / "ref.wav"
+    if kind == "silent":
+        sf.write(ref, np.zeros(48000, np.float32), 24000)
+    elif kind == "1ms":
+        sf.write(ref, np.full(24, 0.3, np.float32), 24000)
+    else:
+        ref.write_bytes(b"this is not a wav file at all")
+    out = tmp_path / "x.wav"
+    bad(tts("Hi.", *model, *FAST, "--ref-wav", ref, "--ref-text", "Hello.", "-o", out), str(ref.name))
+    assert not out.exists()
+
+
+def test_reference_at_8khz_is_resampled(model, tmp_path):
+    d = np.load(GOLDEN / "ref_clone.npz")
+    from omnivoice.audio.resample import resample
+
+    ref = tmp_path / "ref8k.wav"
+    sf.write(ref, resample(d["ref_wav_input"], 24000, 8000), 8000)
+    r = tts("Hi there.", *model, *FAST, "--ref-wav", ref, "--ref-text", "Hello world.", "-o", tmp_path / "o.wav")
+    assert r.returncode == 0, r.stderr.decode()
+
+
+def test_malformed_srt(model, tmp_path):
+    srt = tmp_path / "bad.srt"
+    srt.write_text("1\n00:00:00,000 -> 00:00:01,000\nHello\n", encoding="utf-8")
+    bad(tts(*model, *FAST, "--srt", srt, "-o", tmp_path / "x.wav"), "bad.srt", "2")
+
+
+def test_missing_and_wrong_architecture_gguf(tiny_gguf, tmp_path):
+    bad(tts("Hi.", "--model", tmp_path / "nope.gguf", "--codec", tiny_gguf["codec"], *FAST,
+            "-o", tmp_path / "x.wav"), "nope.gguf")
+    bad(tts("Hi.", "--model", tiny_gguf["codec"], "--codec", tiny_gguf["codec"], *FAST, "-o", tmp_path / "x.wav"),
+        "omnivoice-lm")
+
+
+def test_output_path_is_a_directory(model, tmp_path):
+    bad(tts("Hi.", *model, *FAST, "-o", tmp_path), "directory")
+
+
+def test_output_into_missing_directory(model, tmp_path):
+    target = tmp_path / "no" / "such" / "dir" / "x.wav"
+    bad(tts("Hi.", *model, *FAST, "-o", target), str(target))
+    assert not target.parent.exists()
+
+
+def test_list_devices():
+    r = subprocess.run([sys.executable, "-m", "omnivoice.tts", "--list-devices"], cwd=ROOT, capture_output=True)
+    assert r.returncode == 0 and r.stdout.decode().startswith("cpu:0")
