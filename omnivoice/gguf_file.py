@@ -126,6 +126,7 @@ class TensorInfo:
     shape: tuple
     tensor_type: int
     data: Any  # numpy uint8 view into the file's memory map
+    offset: int = 0  # where the data starts in the file
 
     @property
     def n_bytes(self) -> int:
@@ -139,6 +140,21 @@ class GGUFFile:
     path: str
     metadata: Dict[str, Any]
     tensors: list
+    mmap: Any = None  # the file's read-only memory map (for madvise)
+    data: Any = None  # numpy uint8 view of the whole data section
+
+    def release(self, start: int, length: int) -> None:
+        """Let the kernel drop the mapped pages of bytes [start, start + length) of the file (after a copy),
+        so a loader that copies every tensor elsewhere never holds the whole file in memory as well."""
+        if self.mmap is None or length <= 0 or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        begin = start // page * page
+        end = min(len(self.mmap), -(-(start + length) // page) * page)
+        try:
+            self.mmap.madvise(mmap.MADV_DONTNEED, begin, end - begin)
+        except (OSError, ValueError):
+            pass
 
     def tensor(self, name: str) -> TensorInfo:
         for t in self.tensors:
@@ -191,8 +207,8 @@ def read_gguf(path: str) -> GGUFFile:
         if start + n > len(whole):
             raise GGUFFormatError(f"{path}: tensor {name!r} ends at byte {start + n}, past the end of the file "
                                   f"({len(whole)} bytes): truncated?")
-        tensors.append(TensorInfo(name, shape, ttype, whole[start:start + n]))
-    return GGUFFile(str(path), meta, tensors)
+        tensors.append(TensorInfo(name, shape, ttype, whole[start:start + n], start))
+    return GGUFFile(str(path), meta, tensors, mm, whole[data_start:])
 
 
 def read_gguf_metadata(path: str, keys: Optional[Iterable[str]] = None) -> Dict[str, Any]:

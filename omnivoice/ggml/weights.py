@@ -39,47 +39,80 @@ def open_gguf(path: str | Path, expect_arch: str | None = None):
 
 
 class WeightStore:
-    """Named weight tensors living in one backend buffer on the runtime's primary device."""
+    """Named weight tensors on the runtime's primary device.
+
+    Tensors are either copied into one backend buffer (GPU backends, numpy arrays), or, on the CPU, used in
+    place: the buffer is the GGUF file's memory map itself, so the weights are in RAM once, as file pages.
+    """
 
     def __init__(self, runtime: Runtime, entries: list[tuple[str, int, list[int], Any]],
-                 metadata: dict[str, Any] | None = None, source: str = "<arrays>") -> None:
-        """Upload `entries` (name, ggml type, ne, raw data) into one buffer. Use from_gguf / from_arrays."""
+                 metadata: dict[str, Any] | None = None, source: str = "<arrays>",
+                 mapped: list[tuple[str, int, list[int], Any]] | None = None, region: Any = None,
+                 release: Callable[[Any], None] | None = None) -> None:
+        """Use from_gguf / from_arrays. `entries` (name, ggml type, ne, data) are copied into a device buffer
+        (then `release(data)` is called); `mapped` ones are used in place inside the host array `region`."""
         self.runtime = runtime
         self.metadata = metadata or {}
         self.source = source
-        self.buffer = None
-        self.ctx = new_context(max(1, len(entries)))
         self._tensors: dict[str, Any] = {}
+        self._ctxs: list = []
+        self._buffers: list = []
+        self._region = region  # keeps the memory map alive as long as tensors point into it
+        try:
+            if mapped:
+                ctx = self._new_tensors(mapped)
+                base = ffi.cast("char *", ffi.from_buffer(region))
+                buf = lib.ggml_backend_cpu_buffer_from_ptr(base, region.nbytes)
+                if buf == ffi.NULL:
+                    raise MemoryError(f"could not map the weights of {source}")
+                self._buffers.append(buf)
+                for name, _, _, data in mapped:
+                    offset = data.__array_interface__["data"][0] - region.__array_interface__["data"][0]
+                    if lib.ggml_backend_tensor_alloc(buf, self._tensors[name], base + offset) != 0:
+                        raise ValueError(f"{source}: tensor {name!r} is misaligned in the file")
+                del ctx
+            if entries:
+                ctx = self._new_tensors(entries)
+                buf = lib.ggml_backend_alloc_ctx_tensors(ctx, runtime.backend)
+                if buf == ffi.NULL:
+                    raise MemoryError(f"could not allocate the weights of {source} on {runtime.device.spec}")
+                self._buffers.append(buf)
+                for name, _, _, data in entries:
+                    gt = self._tensors[name]
+                    data = np.ascontiguousarray(data)
+                    if lib.ggml_nbytes(gt) != data.nbytes:
+                        raise ValueError(f"{source}: tensor {name!r} holds {data.nbytes} bytes; its type and "
+                                         f"shape need {lib.ggml_nbytes(gt)}")
+                    lib.ggml_backend_tensor_set(gt, ffi.from_buffer(data), 0, data.nbytes)
+                    if release is not None:
+                        release(data)
+            for buf in self._buffers:
+                lib.ggml_backend_buffer_set_usage(buf, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+        except BaseException:
+            self.close()
+            raise
+
+    def _new_tensors(self, entries):
+        ctx = new_context(max(1, len(entries)))
+        self._ctxs.append(ctx)
         for name, ggml_type, ne, _ in entries:
             if not 1 <= len(ne) <= 4:
-                raise ValueError(f"{source}: tensor {name!r} has {len(ne)} dimensions; ggml supports 1 to 4")
+                raise ValueError(f"{self.source}: tensor {name!r} has {len(ne)} dimensions; ggml supports 1 to 4")
             fn = (lib.ggml_new_tensor_1d, lib.ggml_new_tensor_2d, lib.ggml_new_tensor_3d,
                   lib.ggml_new_tensor_4d)[len(ne) - 1]
-            self._tensors[name] = set_name(fn(self.ctx, ggml_type, *[int(x) for x in ne]), name)
-
-        self.buffer = lib.ggml_backend_alloc_ctx_tensors(self.ctx, runtime.backend)
-        if self.buffer == ffi.NULL:
-            self.buffer = None
-            self.close()
-            raise MemoryError(f"could not allocate the weights of {source} on {runtime.device.spec}")
-        lib.ggml_backend_buffer_set_usage(self.buffer, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
-        for name, _, _, data in entries:
-            gt = self._tensors[name]
-            data = np.ascontiguousarray(data)
-            if lib.ggml_nbytes(gt) != data.nbytes:
-                raise ValueError(f"{source}: tensor {name!r} holds {data.nbytes} bytes; its type and shape "
-                                 f"need {lib.ggml_nbytes(gt)}")
-            lib.ggml_backend_tensor_set(gt, ffi.from_buffer(data), 0, data.nbytes)
+            self._tensors[name] = set_name(fn(ctx, ggml_type, *[int(x) for x in ne]), name)
+        return ctx
 
     @classmethod
     def from_gguf(cls, runtime: Runtime, path: str | Path, expect_arch: str | None = None,
                   keep: Callable[[str], bool] | None = None,
                   derived: dict[str, Callable[[Callable[[str], np.ndarray]], np.ndarray]] | None = None,
-                  ) -> "WeightStore":
+                  mmap: bool | None = None) -> "WeightStore":
         """Load the tensors of a GGUF file (those `keep` accepts) plus `derived` ones.
 
         `derived` maps a new tensor name to a function that receives a getter (name -> float32 numpy array of a
         GGUF tensor) and returns the float32 array to upload, e.g. Snake's 1 / (alpha + 1e-9).
+        `mmap` (default: on for the CPU backend) uses the file's pages in place instead of copying them.
         """
         path = Path(path)
         reader = open_gguf(path, expect_arch)
@@ -95,14 +128,22 @@ class WeightStore:
             dtype = np.float32 if int(t.tensor_type) == types.F32 else np.float16
             return t.data.view(dtype).reshape(tuple(reversed(t.shape))).astype(np.float32)
 
-        entries = [(t.name, t.tensor_type, [int(x) for x in t.shape], t.data)
-                   for t in reader.tensors if keep is None or keep(t.name)]
+        chosen = [(t.name, t.tensor_type, [int(x) for x in t.shape], t.data)
+                  for t in reader.tensors if keep is None or keep(t.name)]
+        extra = []
         for name, fn in (derived or {}).items():
             arr = np.ascontiguousarray(fn(source), dtype=np.float32)
-            entries.append((name, types.F32, list(reversed(arr.shape)), arr))
-        store = cls(runtime, entries, read_metadata(reader), str(path))
-        del reader, entries  # close the memory map
-        return store
+            extra.append((name, types.F32, list(reversed(arr.shape)), arr))
+        if mmap is None:
+            mmap = not runtime.is_gpu
+        if mmap:
+            return cls(runtime, extra, reader.metadata, str(path), mapped=chosen, region=reader.data)
+
+        def release(data: np.ndarray) -> None:
+            reader.release(data.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0]
+                           + (len(reader.mmap) - reader.data.nbytes), data.nbytes)
+
+        return cls(runtime, chosen + extra, reader.metadata, str(path), release=release)
 
     @classmethod
     def from_arrays(cls, runtime: Runtime, arrays: dict[str, np.ndarray | tuple[str, np.ndarray]]
@@ -141,15 +182,14 @@ class WeightStore:
 
     @property
     def nbytes(self) -> int:
-        return lib.ggml_backend_buffer_get_size(self.buffer) if self.buffer is not None else 0
+        return sum(lib.ggml_backend_buffer_get_size(b) for b in self._buffers)
 
     def close(self) -> None:
-        if getattr(self, "buffer", None) is not None:
-            lib.ggml_backend_buffer_free(self.buffer)
-            self.buffer = None
-        if getattr(self, "ctx", None) is not None:
-            lib.ggml_free(self.ctx)
-            self.ctx = None
+        for buf in getattr(self, "_buffers", []):
+            lib.ggml_backend_buffer_free(buf)
+        for ctx in getattr(self, "_ctxs", []):
+            lib.ggml_free(ctx)
+        self._buffers, self._ctxs, self._region = [], [], None
 
     def __enter__(self) -> "WeightStore":
         return self
