@@ -95,7 +95,8 @@ class OmniVoice:
     """OmniVoice text-to-speech on ggml: load once, synthesize many times. Frees its memory on close()."""
 
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
-                 n_threads: Optional[int] = None, quant: str = "f32", flash_attn: Optional[bool] = None) -> None:
+                 n_threads: Optional[int] = None, quant: str = "f32", flash_attn: Optional[bool] = None,
+                 clamp_fp16: bool = False) -> None:
         """Load the LM, the codec and the tokenizer onto `backend` (auto, cpu, cuda, vulkan, metal[:N])."""
         from .codec import load_codec
         from .ggml import Runtime
@@ -105,7 +106,7 @@ class OmniVoice:
         lm_path, codec_path = resolve_model(model, codec, quant)
         self.runtime = Runtime(backend, n_threads)
         try:
-            self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn)
+            self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16)
             self.codec = load_codec(codec_path, runtime=self.runtime)
             _check_pair(self.lm.metadata, self.codec.weights.metadata, lm_path, codec_path)
             self.tokenizer = Tokenizer.from_gguf(str(lm_path))

@@ -182,6 +182,26 @@ class Pipeline:
             np.save(dump / f"tokens_{index}.npy", tokens.astype(np.int32))
         return tokens
 
+    def llm_test(self, text: str, settings: Settings, voice: Optional[VoicePrompt], dump: Path) -> np.ndarray:
+        """One full LM forward of the first chunk's step-0 prompt; writes prompt_ids.npy and llm_logits.npy
+        (float32 [8, T, V]: the conditional row's raw audio logits over the target window) into `dump`."""
+        from .runners.lm import Prompt
+
+        plan = self.plan(text, settings, voice)[0]
+        ref_codes, ref_text = (voice.codes, voice.text) if plan.ref == "prompt" else (None, None)
+        cfg = self.lm.cfg
+        prompt = build_prompt(self.tokenizer, plan.text, plan.num_target_tokens, ref_text=ref_text,
+                              ref_audio_tokens=ref_codes, lang=settings.language, instruct=settings.instruct,
+                              denoise=settings.denoise, num_codebooks=cfg.n_codebook,
+                              audio_mask_id=cfg.audio_mask_id)
+        with self.lm.session([Prompt(prompt.cond_ids, prompt.audio_mask, prompt.num_target_tokens)],
+                             settings.sampler.guidance_scale, greedy=True, with_logits=True) as s:
+            logits = s.step([prompt.uncond_ids])[0]["cond_logits"]
+        dump.mkdir(parents=True, exist_ok=True)
+        np.save(dump / "prompt_ids.npy", prompt.cond_ids.astype(np.int32))
+        np.save(dump / "llm_logits.npy", logits.astype(np.float32))
+        return logits
+
     def generate_tokens(self, text: str, settings: Settings, voice: Optional[VoicePrompt],
                         progress: Optional[ProgressCallback] = None, cancel: Optional[CancelCallback] = None,
                         dump: Optional[Path] = None, rng: Optional[CudaPhiloxGenerator] = None,

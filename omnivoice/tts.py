@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("debug")
     g.add_argument("--no-fa", action="store_true", help="disable flash attention")
+    g.add_argument("--clamp-fp16", action="store_true", help="clamp LM hidden states to the FP16 range")
+    g.add_argument("--llm-test", action="store_true",
+                   help="one full LM forward; writes prompt_ids.npy and llm_logits.npy into --dump DIR")
     g.add_argument("--dump", metavar="DIR", help="write prompt_ids.npy, logits0.npy, tokens_N.npy into DIR")
     g.add_argument("--maskgit-test", action="store_true",
                    help="run the MaskGIT decoder only (no codec decode, no WAV); use with --dump")
@@ -164,12 +167,19 @@ def run(args) -> int:
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     t0 = time.perf_counter()
     with OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads, quant=args.quant,
-                   flash_attn=False if args.no_fa else None) as ov:
+                   flash_attn=False if args.no_fa else None, clamp_fp16=args.clamp_fp16) as ov:
         say(f"model {ov.model_path.name} on {ov.runtime.device.spec} ({ov.runtime.device.description}), "
             f"loaded in {time.perf_counter() - t0:.1f}s")
         voice = load_voice(ov, args)
         opts = synthesis_options(args)
         progress = Progress(not args.quiet)
+
+        if args.llm_test:
+            if not args.dump:
+                raise ValueError("--llm-test writes its logits into --dump DIR: give --dump")
+            logits = ov.pipeline.llm_test(text, ov.settings(text=text, **opts), voice, Path(args.dump))
+            say(f"wrote {args.dump}/llm_logits.npy {tuple(logits.shape)}")
+            return EXIT_OK
 
         if args.maskgit_test:
             settings = ov.settings(text=text, **opts)

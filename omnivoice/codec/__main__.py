@@ -33,6 +33,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--format", default="wav16", choices=sorted(WAV_FORMATS),
                     help="WAV sample format when decoding (default: wav16)")
     ap.add_argument("--backend", default="auto", help="ggml backend: auto, cpu, cuda, cuda:1, vulkan, ...")
+    ap.add_argument("--encode-backend", default=None,
+                    help="backend for encoding only (default: --backend). On CUDA, ggml's F32 matrix products run "
+                         "in TF32; --encode-backend cpu gives codes identical to the float32 reference")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all available)")
     ap.add_argument("--no-preprocess", action="store_true",
                     help="encode without the silence trim (RMS auto-gain and frame truncation still apply)")
@@ -53,7 +56,8 @@ def _is_rvq(path: Path) -> bool:
 def _load(args: argparse.Namespace, part: str):
     from .audio_codec import load_codec
 
-    return load_codec(args.model, args.backend, threads=args.threads, parts=(part,))
+    return load_codec(args.model, args.backend, threads=args.threads, parts=(part,),
+                      encode_backend=args.encode_backend if part == "encode" else None)
 
 
 def encode_file(args: argparse.Namespace, src: Path, dst: Path) -> str:

@@ -4,7 +4,14 @@
         codes = codec.encode(audio_24k)          # int32 [8, T]
         audio = codec.decode(codes)              # float32 [960 T]
 
-Graphs are built once per input shape and the last few are kept for replay. Decoding feeds at most
+Graphs are built once per input shape and the last few are kept for replay.
+
+Precision: on CUDA, ggml computes F32 matrix products in TF32 (it sets cuBLAS's TF32 math mode and its own F32
+kernels use TF32 tensor cores), about 3 significant digits per product. Decoding is unaffected in practice
+(cosine 0.999996 against the float32 reference on the full-size preset), but encoding ends in argmins that
+such errors flip: with random full-size weights 1-2 % of the codes of two codebooks changed. `encode_backend="cpu"`
+runs the encoder on the CPU (its weights live there, the decoder's stay on the GPU) and gives the reference's
+codes exactly. Decoding feeds at most
 `window_frames` frames to one graph: longer sequences go in windows that overlap by `context_frames` on each
 side, of which only the centre is kept. The decoder's receptive field is about 12 frames each way (conv1 3,
 block 0's transposed conv 2 and residual units 39 samples at 8 per frame, the later blocks about 1.5 together),
@@ -40,13 +47,19 @@ class AudioCodec:
     """The codec on one runtime: `decode` codes to 24 kHz audio, `encode` 24 kHz audio to codes."""
 
     def __init__(self, runtime: Runtime, weights: WeightStore, config: model.CodecConfig, *,
+                 encode_runtime: Runtime | None = None, encode_weights: WeightStore | None = None,
                  window_frames: int = DEFAULT_WINDOW_FRAMES, context_frames: int = DEFAULT_CONTEXT_FRAMES,
                  max_graphs: int = 2, owns: tuple = ()) -> None:
-        """Wrap weights loaded with `models.codec.weight_selection` (use `load_codec`); `owns` are closed with it."""
+        """Wrap weights loaded with `models.codec.weight_selection` (use `load_codec`); `owns` are closed with it.
+
+        The encoder runs on `encode_runtime` with `encode_weights` when given, else on `runtime` with `weights`.
+        """
         if context_frames < 0 or window_frames <= 2 * context_frames:
             raise ValueError(f"window_frames ({window_frames}) must exceed 2 * context_frames ({context_frames})")
         self.runtime = runtime
         self.weights = weights
+        self.encode_runtime = encode_runtime or runtime
+        self.encode_weights = encode_weights or weights
         self.config = config
         self.window_frames = int(window_frames)
         self.context_frames = int(context_frames)
@@ -80,21 +93,21 @@ class AudioCodec:
 
     @property
     def can_encode(self) -> bool:
-        return "fc.weight" in self.weights and self.config.hubert is not None
+        return "fc.weight" in self.encode_weights and self.config.hubert is not None
 
     @property
     def can_decode(self) -> bool:
         return "fc2.weight" in self.weights
 
     # ---------------------------------------------------------------------------------------- graphs
-    def _graph(self, key: tuple, build: Callable[[Graph], None]) -> Graph:
+    def _graph(self, key: tuple, build: Callable[[Graph], None], runtime: Runtime) -> Graph:
         g = self._graphs.get(key)
         if g is not None:
             self._graphs.move_to_end(key)
             return g
         while len(self._graphs) >= self.max_graphs:
             self._graphs.popitem(last=False)[1].close()
-        g = Graph(self.runtime)
+        g = Graph(runtime)
         try:
             build(g)
             g.allocate()
@@ -158,7 +171,7 @@ class AudioCodec:
                     codes = g.input(f"codes{j}", np.int32, (self.n_codebooks, T))
                     g.output(f"audio{j}", model.build_decode(g.ctx, self.weights, self.config, codes))
 
-            g = self._graph(("decode",) + lengths, build)
+            g = self._graph(("decode",) + lengths, build, self.runtime)
             out = g.compute(**{f"codes{j}": seqs[w.seq][:, w.start:w.stop] for j, w in enumerate(run)})
             for j, w in enumerate(run):
                 audio = out[f"audio{j}"].reshape(-1)
@@ -195,18 +208,19 @@ class AudioCodec:
         cfg = self.config
         a = np.ascontiguousarray(a, dtype=np.float32)
         a16 = np.ascontiguousarray(resample(a, cfg.sample_rate, cfg.semantic_sample_rate), dtype=np.float32)
-        _, pad = model.encode_plan(self.weights, cfg, a.shape[0], a16.shape[0])
+        w = self.encode_weights
+        _, pad = model.encode_plan(w, cfg, a.shape[0], a16.shape[0])
         names = ("semantic_features", "e_semantic", "e_acoustic", "latent") if return_intermediates else ()
 
         def build(g: Graph) -> None:
-            out = model.build_encode(g.ctx, self.weights, cfg, g.input("audio", np.float32, a.shape),
+            out = model.build_encode(g.ctx, w, cfg, g.input("audio", np.float32, a.shape),
                                      g.input("audio16", np.float32, a16.shape), pad)
             for k, code in enumerate(out["codes"]):
                 g.output(f"codes{k}", code)
             for n in names:
                 g.output(n, out[n])
 
-        g = self._graph(("encode", a.shape[0], bool(return_intermediates)), build)
+        g = self._graph(("encode", a.shape[0], bool(return_intermediates)), build, self.encode_runtime)
         out = g.compute(audio=a, audio16=a16)
         codes = np.stack([out[f"codes{k}"].reshape(-1) for k in range(self.n_codebooks)]).astype(np.int32)
         if not return_intermediates:
@@ -230,11 +244,13 @@ class AudioCodec:
 
 
 def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None = None,
-               runtime: Runtime | None = None, parts: Sequence[str] = model.PARTS, **options) -> AudioCodec:
+               runtime: Runtime | None = None, parts: Sequence[str] = model.PARTS,
+               encode_backend: str | None = None, **options) -> AudioCodec:
     """Load the codec GGUF (arch omnivoice-tokenizer) onto `runtime`, or onto a new Runtime(backend, threads)
     that the codec then owns and closes.
 
     `parts` limits what is uploaded: ("decode",) for synthesis only, ("encode",) for voice-cloning prompts.
+    `encode_backend` (e.g. "cpu") puts the encoder on a runtime of its own, see the module docstring.
     Extra keyword options go to AudioCodec (window_frames, context_frames, max_graphs).
     """
     reader = open_gguf(path, model.ARCH)
@@ -245,15 +261,31 @@ def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None =
     parts = tuple(parts)
     if "encode" in parts and config.hubert is None:
         raise ValueError(f"{path}: holds no HuBERT weights (semantic_model.*); it can only decode")
-    keep, derived = model.weight_selection(shapes, config, parts)
+    if encode_backend is not None and "decode" not in parts:  # encode only: the encoder's runtime is the codec's
+        if runtime is not None:
+            raise ValueError("an encode-only codec takes runtime or encode_backend, not both")
+        backend, encode_backend = encode_backend, None
     owned: list = []
-    if runtime is None:
-        runtime = Runtime(backend, n_threads=threads)
-        owned.append(runtime)
     try:
+        if runtime is None:
+            runtime = Runtime(backend, n_threads=threads)
+            owned.append(runtime)
+        split = encode_backend is not None and "encode" in parts
+        keep, derived = model.weight_selection(shapes, config, ("decode",) if split else parts)
         weights = WeightStore.from_gguf(runtime, path, model.ARCH, keep=keep, derived=derived)
+        owned.append(weights)
+        enc_runtime = enc_weights = None
+        if split:
+            enc_runtime = Runtime(encode_backend, n_threads=threads)
+            owned.append(enc_runtime)
+            keep, derived = model.weight_selection(shapes, config, ("encode",))
+            enc_weights = WeightStore.from_gguf(enc_runtime, path, model.ARCH, keep=keep, derived=derived)
+            owned.append(enc_weights)
     except BaseException:
-        for obj in owned:
+        for obj in reversed(owned):
             obj.close()
         raise
-    return AudioCodec(runtime, weights, config, owns=(weights, *owned), **options)
+    # weights before runtimes: a buffer must be freed while its backend lives
+    owns = tuple(o for o in owned if isinstance(o, WeightStore)) + tuple(o for o in owned if isinstance(o, Runtime))
+    return AudioCodec(runtime, weights, config, encode_runtime=enc_runtime, encode_weights=enc_weights,
+                      owns=owns, **options)

@@ -29,24 +29,24 @@ def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     between two float32 values, so there (rarely) the exact error of the sum (TwoSum) decides.
     Valid for normal float32 results (no overflow or underflow handling is needed here).
     """
-    p = np.asarray(a, _F32).astype(_F64) * np.asarray(b, _F32).astype(_F64)
-    c64 = np.broadcast_to(np.asarray(c, _F32).astype(_F64), p.shape)
-    s = p + c64
+    p = np.atleast_1d(np.asarray(a, _F32).astype(_F64) * np.asarray(b, _F32).astype(_F64))
+    c64 = np.asarray(c, _F32).astype(_F64)
+    s = np.atleast_1d(p + c64)
     r = s.astype(_F32)
     # Halfway between float32 neighbours: the 29 mantissa bits below float32 precision are 100...0.
     tie = (s.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)
     if tie.any():
-        idx = np.nonzero(tie)
-        ps, cs, ss, rs = p[idx], c64[idx], s[idx], r[idx]
+        ps, cs = np.broadcast_to(p, s.shape)[tie], np.broadcast_to(c64, s.shape)[tie]
+        ss, rs = s[tie], r[tie]
         bv = ss - ps
         err = (ps - (ss - bv)) + (cs - bv)
         r64 = rs.astype(_F64)
         n = np.nextafter(rs, np.where(ss > r64, _F32(np.inf), _F32(-np.inf)))
         # The exact value lies on the side of the error: go to the neighbour when it points there.
         pick_n = (err != 0) & ((n.astype(_F64) - ss) * err > 0)
-        r = np.array(r, copy=True)
-        r[idx] = np.where(pick_n, n, rs)
-    return r
+        r[tie] = np.where(pick_n, n, rs)
+    shape = np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(c))
+    return r.reshape(shape)
 
 
 # Constants of the polynomial, as the PTX holds them (hex float32 bit patterns).

@@ -11,13 +11,13 @@ pure numpy. Per step the loop:
    ``position_temperature > 0``, perturbs it with Gumbel noise,
 4. unmasks the ``schedule[step]`` still-masked positions of highest score.
 
-Numerics follow the reference as it runs on CUDA, where its random numbers come from
-(:class:`~omnivoice.generate.philox.CudaPhiloxGenerator` re-creates that stream): dividing a
-float32 tensor by a Python float is a multiplication by the float32 reciprocal there, and draws
-happen in the reference's order and sizes (class noise of [C, T, V] first, then position noise of
-[C, T]; nothing is drawn for a step that unmasks nothing), and the logarithms of the Gumbel noise
-are CUDA's ``logf`` (:mod:`omnivoice.generate.cuda_math`). Checked on an H200 by
-tools/philox_cuda_check.py.
+Numerics follow the reference as it runs on CUDA, whose random stream
+:class:`~omnivoice.generate.philox.CudaPhiloxGenerator` re-creates: draws happen in the
+reference's order and sizes (class noise of [C, T, V] first, then position noise of [C, T];
+nothing is drawn for a step that unmasks nothing), dividing by a temperature is a multiplication
+by its float32 reciprocal as on CUDA, and the logarithms of the Gumbel noise are CUDA's ``logf``
+(:mod:`omnivoice.generate.cuda_math`). tools/philox_cuda_check.py checks all of this bit for bit
+on a GPU (it passed on an H200 with torch 2.11 / CUDA 13.0).
 
 Ties: ``torch.topk`` has no defined order among equal values. Here every top-k (the positions to
 unmask, the 10 % class filter) prefers the lower flat index among equal scores, and argmax takes
@@ -249,7 +249,7 @@ def _choose(
     positions = top_k_positions(scores, k)
     chosen = pred.reshape(-1)[positions]
     if (chosen == mask_id).any():
-        raise ValueError(f"MaskGIT step {step}: the LM predicted the mask id {mask_id} at an unmasked position")
+        raise ValueError(f"MaskGIT step {step}: the LM predicted the mask id {mask_id} for a position being unmasked")
     return StepChoice(positions=positions, tokens=chosen.astype(np.int32))
 
 

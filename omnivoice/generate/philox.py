@@ -20,6 +20,9 @@ Sources followed (PyTorch ``aten/src/ATen/native/cuda/DistributionTemplates.h``,
   as two 64-bit halves (offset is always a multiple of 4 here, so cuRAND's intra-block state is 0).
 - ``curand_uniform4``: ``u = float(x) * 2**-32 + 2**-33`` in float32, in (0, 1]; torch's uniform
   then maps 1.0 to 0.0 so ``rand`` lies in [0, 1).
+
+tools/philox_cuda_check.py compares this with ``torch.cuda`` draws; on an H200 (torch 2.11,
+CUDA 13.0) every value and every offset matched, and tests/golden/generate_cuda.npz keeps a sample.
 """
 
 from __future__ import annotations

@@ -98,11 +98,21 @@ def layer(ctx, w, cfg: LMConfig, i: int, x, pos, kq_mask, flash: bool):
     return lib.ggml_add(ctx, residual, cur)
 
 
-def hidden_states(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, pos, kq_mask, flash: bool):
-    """The backbone: embeddings, every layer, final norm -> [n_embd, L]."""
+FP16_MAX = 65504.0
+
+
+def hidden_states(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, pos, kq_mask, flash: bool,
+                  clamp_fp16: bool = False):
+    """The backbone: embeddings, every layer, final norm -> [n_embd, L].
+
+    `clamp_fp16` bounds the residual stream to the F16 range after every layer (a debug aid for backends that
+    keep activations in F16; a no-op on healthy F32 activations).
+    """
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask)
     for i in range(cfg.n_layer):
         x = layer(ctx, w, cfg, i, x, pos, kq_mask, flash)
+        if clamp_fp16:
+            x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
     return nn.rms_norm(ctx, x, w["llm.norm.weight"], cfg.rms_eps)
 
 

@@ -40,7 +40,7 @@ class Prompt:
 class LanguageModel:
     """OmniVoice's LM loaded from an `omnivoice-lm` GGUF onto a runtime."""
 
-    def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None) -> None:
+    def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None, clamp_fp16: bool = False) -> None:
         self.runtime = runtime
         self.cfg = LMConfig.from_metadata(read_metadata(open_gguf(path, expect_arch=ARCH)))
         # -inf on the mask id: the greedy pick in the graph never emits it.
@@ -53,6 +53,7 @@ class LanguageModel:
             # there the plain F32 path is both exact and about as fast. GPUs accumulate in F32.
             flash_attn = runtime.is_gpu and runtime.supports_flash_attn(self.cfg.head_dim)
         self.flash_attn = flash_attn
+        self.clamp_fp16 = clamp_fp16
 
     @property
     def metadata(self) -> dict:
@@ -116,7 +117,8 @@ class ChunkSession:
         t_mask = g.input("audio_mask", np.float32, (L,))
         t_pos = g.input("pos", np.int32, (L,))
         t_kq = g.input("kq_mask", np.float16 if flash else np.float32, (L, L))
-        h = lm_graph.hidden_states(g.ctx, w, cfg, t_text, t_audio, t_mask, t_pos, t_kq, flash)   # [n_embd, L]
+        h = lm_graph.hidden_states(g.ctx, w, cfg, t_text, t_audio, t_mask, t_pos, t_kq, flash,
+                                   model.clamp_fp16)                                              # [n_embd, L]
 
         outs_pred, outs_score, outs_lp = [], [], []
         for i, ((c0, u0), p) in enumerate(zip(starts, self.prompts)):

@@ -176,3 +176,13 @@ def test_output_into_missing_directory(model, tmp_path):
 def test_list_devices():
     r = subprocess.run([sys.executable, "-m", "omnivoice.tts", "--list-devices"], cwd=ROOT, capture_output=True)
     assert r.returncode == 0 and r.stdout.decode().startswith("cpu:0")
+
+
+def test_llm_test_dumps_logits_matching_a_synthesis_dump(model, tmp_path):
+    r = tts("Good morning.", *model, *FAST, "--llm-test", "--dump", tmp_path / "l", "--clamp-fp16")
+    assert r.returncode == 0, r.stderr.decode()
+    r = tts("Good morning.", *model, *FAST, "--dump", tmp_path / "s", "-o", tmp_path / "s.wav")
+    assert r.returncode == 0, r.stderr.decode()
+    np.testing.assert_array_equal(np.load(tmp_path / "l" / "prompt_ids.npy"), np.load(tmp_path / "s" / "prompt_ids.npy"))
+    np.testing.assert_allclose(np.load(tmp_path / "l" / "llm_logits.npy"), np.load(tmp_path / "s" / "logits0.npy"),
+                               atol=1e-5)
