@@ -36,6 +36,6 @@ python3 -m omnivoice.tts --list-devices | tee "$OUT/devices.txt"
 for be in ${BACKENDS:-cuda vulkan}; do
   stamp "tests on $be"
   OMNIVOICE_TEST_BACKEND=$be timeout ${TEST_TIMEOUT:-300} python3 -m pytest -q -p no:cacheprovider \
-    tests/nn tests/models/test_lm.py tests/parity tests/test_api.py --junitxml="$OUT/tests-$be.xml" 2>&1 | tail -25
+    ${TESTS:-tests/nn tests/ggml tests/models tests/parity tests/test_api.py} --junitxml="$OUT/tests-$be.xml" 2>&1 | tail -25
 done
 stamp "done"
