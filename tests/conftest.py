@@ -7,6 +7,9 @@ import os
 import numpy as np
 import pytest
 
+# cuBLAS runs float32 products in TF32 on Ampere and later unless told not to; parity is judged in real F32.
+os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
+
 
 @pytest.fixture(scope="session")
 def backend_spec() -> str:

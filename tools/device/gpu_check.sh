@@ -25,12 +25,25 @@ export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d
 ldconfig
 $VK/bin/glslc --version | head -1
 
-stamp "build (CUDA sm_90 + Vulkan)"
+VKARGS="-DGGML_VULKAN=ON -DCMAKE_PREFIX_PATH=$VK -DVulkan_INCLUDE_DIR=$VK/include -DVulkan_LIBRARY=$VKLIB/libvulkan.so.1 \
+ -DVulkan_GLSLC_EXECUTABLE=$VK/bin/glslc -DCMAKE_CXX_FLAGS=-I$VK/include"
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
-export CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR=$VK/include \
- -DVulkan_LIBRARY=$VKLIB/libvulkan.so.1 -DVulkan_GLSLC_EXECUTABLE=$VK/bin/glslc -DCMAKE_CXX_FLAGS=-I$VK/include"
-python3 build_ext.py all > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-tail -3 "$OUT/build.log"; ls omnivoice/ggml/_lib
+if [ -n "${CUDA_LIB_ARCHIVE:-}" ] && [ ! -f omnivoice/ggml/_lib/libggml-cuda.so ]; then
+  # A CUDA build of this same pin made by an earlier call (split .tar.xz of omnivoice/ggml/_lib + _cdef.h):
+  # saves the ~270 s CUDA compile. Vulkan is then built alone and added as one more backend module.
+  stamp "unpack carried CUDA build"
+  mkdir -p omnivoice/ggml && cat "$CUDA_LIB_ARCHIVE"/*.tar.xz.* | xz -d | tar -C omnivoice/ggml -xf - || exit 1
+  python3 -c "import build_ext; build_ext.fetch(); build_ext.write_cdef()"
+  stamp "build Vulkan module"
+  cmake -S . -B build/vk -G Ninja -DCMAKE_BUILD_TYPE=Release $VKARGS > "$OUT/build.log" 2>&1 &&
+    cmake --build build/vk -j "$(nproc)" --target ggml-vulkan >> "$OUT/build.log" 2>&1 &&
+    cp build/vk/lib/libggml-vulkan.so omnivoice/ggml/_lib/ || { tail -30 "$OUT/build.log"; }
+else
+  stamp "build (CUDA sm_90 + Vulkan)"
+  export CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 $VKARGS"
+  python3 build_ext.py all > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+fi
+tail -2 "$OUT/build.log"; ls omnivoice/ggml/_lib
 python3 -m omnivoice.tts --list-devices | tee "$OUT/devices.txt"
 
 for be in ${BACKENDS:-cuda vulkan}; do
