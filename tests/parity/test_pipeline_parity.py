@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from omnivoice.generate.maskgit import GenerationConfig, teacher_force
-from omnivoice.pipeline import _GuidedChunk
+from omnivoice.pipeline import VoicePrompt, _GuidedChunk
 from omnivoice.runners.lm import Prompt
 
 from tests.golden_paths import GOLDEN
@@ -60,7 +60,10 @@ def results(ov):
         s = meta["settings"]
         kwargs = options(meta)
         if case == "clone":
-            kwargs.update(ref_audio=(d["ref_wav_input"], 24000), ref_text=s["ref_text"])
+            # The reference's own voice-prompt codes: this judges the LM and MaskGIT alone (the encoder that
+            # makes such codes from the clip is judged by test_clone_reference_codes).
+            kwargs.update(voice=VoicePrompt(d["ref_codes"].astype(np.int32), meta["calls"][0]["ref_text"],
+                                            meta["post_ref_rms"]))
         res = ov.synthesize(s["text"], **kwargs)
         out[case] = res
     return out
@@ -135,8 +138,19 @@ def test_audio(ov, results, case):
 
 
 def test_clone_reference_codes(ov):
-    """The reference clip, preprocessed and encoded by our codec, gives the reference's voice-prompt codes."""
+    """The reference clip, preprocessed and encoded by our codec, gives the reference's voice-prompt codes.
+
+    Exact on the CPU. GPU kernels sum in another order, and the last residual codebooks sit on near-ties of
+    the nearest-code search (NOTES.md), so there one code in a hundred may differ.
+    """
     d, meta = load("clone")
     voice = ov.create_voice((d["ref_wav_input"], 24000), meta["settings"]["ref_text"])
-    np.testing.assert_array_equal(voice.codes, d["ref_codes"].astype(np.int32))
+    want = d["ref_codes"].astype(np.int32)
+    assert voice.codes.shape == want.shape
+    if ov.runtime.is_gpu:
+        assert (voice.codes == want).mean() >= 0.99
+        np.testing.assert_array_equal(voice.codes[0], want[0])  # the first codebook carries the most
+    else:
+        np.testing.assert_array_equal(voice.codes, want)
     assert voice.text == meta["calls"][0]["ref_text"]
+    assert voice.rms == pytest.approx(meta["post_ref_rms"], rel=1e-5)
