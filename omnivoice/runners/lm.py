@@ -112,11 +112,14 @@ class ChunkSession:
         flash = model.flash_attn
         self.graph = g = Graph(model.runtime)
         w = model.weights
-        t_text = g.input("text_ids", np.int32, (L,))
+        # What stays fixed for the whole chunk lives on the device from the start, like a weight: a graph
+        # input would be copied from the host again at every step (the mask alone is L*L values).
+        self.constants = WeightStore.from_arrays(model.runtime, {
+            "text_ids": text_ids, "audio_mask": audio_mask, "pos": pos,
+            "kq_mask": kq_mask.astype(np.float16) if flash else kq_mask})
+        c = self.constants
+        t_text, t_mask, t_pos, t_kq = c["text_ids"], c["audio_mask"], c["pos"], c["kq_mask"]
         t_audio = g.input("audio_ids", np.int32, (C * L,))
-        t_mask = g.input("audio_mask", np.float32, (L,))
-        t_pos = g.input("pos", np.int32, (L,))
-        t_kq = g.input("kq_mask", np.float16 if flash else np.float32, (L, L))
         h = lm_graph.hidden_states(g.ctx, w, cfg, t_text, t_audio, t_mask, t_pos, t_kq, flash,
                                    model.clamp_fp16)                                              # [n_embd, L]
 
@@ -138,10 +141,6 @@ class ChunkSession:
             else:
                 outs_lp.append(g.output(f"log_probs_{i}", lp))
         g.allocate()
-        g.set_input("text_ids", text_ids)
-        g.set_input("audio_mask", audio_mask)
-        g.set_input("pos", pos)
-        g.set_input("kq_mask", kq_mask.astype(np.float16) if flash else kq_mask)
 
     def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:
         ids = self._ids.copy()
@@ -182,6 +181,7 @@ class ChunkSession:
 
     def close(self) -> None:
         self.graph.close()
+        self.constants.close()
 
     def __enter__(self) -> "ChunkSession":
         return self
