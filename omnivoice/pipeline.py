@@ -26,7 +26,7 @@ from .audio import postprocess as post
 from .generate.maskgit import GenerationConfig, generate
 from .generate.philox import CudaPhiloxGenerator
 from .text.chunking import ABBREVIATIONS, ChunkPlan, needs_chunking, plan_chunks
-from .text.duration import duration_to_tokens, estimate_target_tokens
+from .text.request import prepare_request
 from .text.prompt import build_prompt
 
 log = logging.getLogger("omnivoice")
@@ -127,7 +127,7 @@ class Chunk:
 
 
 class Pipeline:
-    """Runs synthesis on loaded parts: `lm` (runners.lm.LanguageModel), `codec` (runners.codec), `tokenizer`."""
+    """Runs synthesis on loaded parts: `lm` (runners.lm.LanguageModel), `codec` (codec.AudioCodec), `tokenizer`."""
 
     def __init__(self, lm, codec, tokenizer) -> None:
         self.lm, self.codec, self.tokenizer = lm, codec, tokenizer
@@ -141,14 +141,12 @@ class Pipeline:
             raise ValueError("text is empty: nothing to synthesize")
         ref_text = voice.text if voice else None
         n_ref = int(voice.codes.shape[1]) if voice else None
-        speed = settings.speed
-        est = estimate_target_tokens(text, ref_text, n_ref, speed=1.0 if settings.duration else speed)
-        if settings.duration is not None:
-            if not settings.duration > 0:
-                raise ValueError(f"duration must be > 0 seconds, got {settings.duration}")
-            target = duration_to_tokens(settings.duration, self.frame_rate)
-            speed = est / target
-            est = target
+        if settings.duration is not None and not settings.duration > 0:
+            raise ValueError(f"duration must be > 0 seconds, got {settings.duration}")
+        # language and instruct are already resolved in `settings`; this settles length and speed
+        req = prepare_request(text, ref_text=ref_text, num_ref_audio_tokens=n_ref, duration=settings.duration,
+                              speed=settings.speed, frame_rate=self.frame_rate)
+        est, speed = req.num_target_tokens, req.speed
         if settings.chunk_duration <= 0 or not needs_chunking(est, settings.chunk_threshold, self.frame_rate):
             return [ChunkPlan(text, est, "prompt" if voice else None, ref_text, n_ref)]
         return plan_chunks(text, est, settings.chunk_duration, self.frame_rate, ref_text=ref_text,
