@@ -1,7 +1,7 @@
 """The whole port against the PyTorch reference on the tiny checkpoint, deterministic mode, CPU, F32.
 
 Goldens: tests/golden/ref_*.npz (tools/reference/make_goldens.py; fields in tests/golden/README.md).
-For auto, design, clone and a 4-chunk long form:
+For auto, design and clone, single shot and a 4-chunk long form each:
   - step-0 logits of every call close to the reference's (bound below),
   - teacher forcing: fed the reference's input of every step, each step picks the same positions and tokens,
   - free running: every chunk's tokens equal the reference's,
@@ -21,7 +21,7 @@ from omnivoice.runners.lm import Prompt
 
 from tests.golden_paths import GOLDEN
 
-CASES = ["auto", "design", "clone", "long"]
+CASES = ["auto", "design", "clone", "long", "long_design", "long_clone"]
 MASK = 1024
 
 
@@ -59,7 +59,7 @@ def results(ov):
         d, meta = load(case)
         s = meta["settings"]
         kwargs = options(meta)
-        if case == "clone":
+        if s["mode"] == "clone":
             # The reference's own voice-prompt codes: this judges the LM and MaskGIT alone (the encoder that
             # makes such codes from the clip is judged by test_clone_reference_codes).
             kwargs.update(voice=VoicePrompt(d["ref_codes"].astype(np.int32), meta["calls"][0]["ref_text"],

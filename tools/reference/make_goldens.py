@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Regenerate the reference goldens in tests/golden/ (ref_auto, ref_design, ref_clone, ref_long, ref_codec).
+"""Regenerate the reference goldens in tests/golden/ (ref_auto, ref_design, ref_clone, ref_long, ref_long_design,
+ref_long_clone, ref_codec).
 
     python3 tools/reference/make_goldens.py            # from the repo root, with .venv-ref in place
 
@@ -46,6 +47,12 @@ CASES: dict[str, dict] = {
     # chunked generation: tiny chunk duration/threshold so several chunks fit in ~2 s of audio
     "long": {"mode": "auto", "text": LONG_TEXT, "language": "en", "duration": 1.6, "chunk_duration": 0.5,
              "chunk_threshold": 1.0, "num_step": 12, "rows": 2},
+    # the same long form in the other two voice modes: design (every chunk keeps the instruct, chunks >= 1
+    # reuse chunk 0's tokens) and clone (every chunk reuses the reference clip's codes)
+    "long_design": {"mode": "design", "text": LONG_TEXT, "instruct": "male, high pitch", "duration": 1.6,
+                    "chunk_duration": 0.5, "chunk_threshold": 1.0, "num_step": 12, "rows": 2},
+    "long_clone": {"mode": "clone", "text": LONG_TEXT, "language": "English", "clip_duration": 1.6,
+                   "chunk_duration": 0.5, "chunk_threshold": 1.0, "num_step": 12, "rows": 1},
 }
 
 
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", help="use this tiny checkpoint instead of generating one (must be tiny, seed 0)")
     ap.add_argument("--cache-dir", default=None, help="reference cache (default: the runner's)")
     ap.add_argument("--out-dir", default=str(OUT_DIR))
-    ap.add_argument("--only", nargs="*", help="subset of cases (auto design clone long codec)")
+    ap.add_argument("--only", nargs="*", help="subset of cases (auto design clone long long_design long_clone codec)")
     args = ap.parse_args(argv)
     if not REF_PYTHON.is_file():
         raise SystemExit(f"{REF_PYTHON} is missing: run tools/reference/setup_venv.sh first")
