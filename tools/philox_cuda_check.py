@@ -157,7 +157,8 @@ def main() -> int:
     # 3. logf, bit for bit.
     lo, hi = np.float32(1e-10).view(np.uint32), np.float32(32.0).view(np.uint32)
     if args.exhaustive_log:
-        chunks = [np.arange(s, min(s + 2**24, int(hi) + 1), dtype=np.uint32) for s in range(int(lo), int(hi) + 1, 2**24)]
+        starts = range(int(lo), int(hi) + 1, 2**24)
+        chunks = [np.arange(s, min(s + 2**24, int(hi) + 1), dtype=np.uint32) for s in starts]
         label = f"every float32 in [1e-10, 32] ({int(hi) - int(lo) + 1})"
     else:
         chunks = [pick.integers(int(lo), int(hi) + 1, size=2**24, dtype=np.uint64).astype(np.uint32)]

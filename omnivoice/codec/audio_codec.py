@@ -32,6 +32,7 @@ from ..models import codec as model
 
 DEFAULT_WINDOW_FRAMES = 512
 DEFAULT_CONTEXT_FRAMES = 16
+MAX_CHAINS = 24  # decoder chains in one graph: about 520 nodes each, under the graph's 16384
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,8 @@ class AudioCodec:
                 for i, c in enumerate(codes_list)]
         runs: list[list[_Window]] = []
         for w in (w for i, c in enumerate(seqs) for w in self._windows(i, c.shape[1])):
-            if runs and sum(x.stop - x.start for x in runs[-1]) + (w.stop - w.start) <= self.window_frames:
+            if (runs and len(runs[-1]) < MAX_CHAINS
+                    and sum(x.stop - x.start for x in runs[-1]) + (w.stop - w.start) <= self.window_frames):
                 runs[-1].append(w)
             else:
                 runs.append([w])

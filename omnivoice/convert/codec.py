@@ -9,7 +9,9 @@ Tensor names are the Hugging Face names, shapes reversed into ggml order, except
   and ``...original1`` (v, [C, C / groups, K]) (or the older ``weight_g`` / ``weight_v``).
 * Every ConvTranspose1d weight (torch [IC, OC, K]) is permuted for the mul_mat + col2im_1d decomposition:
   ``W.transpose(1, 2, 0).reshape(OC * K, IC)`` -> ggml ne = (IC, K * OC) with k fastest inside the K * OC axis
-  (``omnivoice.conv_transpose_layout = "oc_k_ic"``; ``omnivoice.acoustic.decoder_kernels`` gives K to undo it).
+  (``omnivoice.conv_transpose_layout = "oc_k_ic"``; ``omnivoice.acoustic.decoder_kernels`` gives K to undo it),
+  by ``omnivoice.nn.conv.conv_transpose_weight``, the graph side's own definition (so converting needs the
+  ggml build that the package needs anyway).
 
 Dropped (never read at inference): ``decoder_semantic.*`` and ``fc1.*`` (semantic reconstruction, training
 only), ``quantizer.quantizers.*.codebook.{embed_avg, cluster_size, inited}`` (k-means EMA state), and
@@ -178,9 +180,14 @@ def fold_weight_norm(g: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def permute_conv_transpose(w: np.ndarray) -> np.ndarray:
-    """torch ConvTranspose1d weight [IC, OC, K] -> [OC * K, IC] (ggml ne (IC, K * OC), k fastest)."""
-    ic, oc, k = w.shape
-    return np.ascontiguousarray(w.transpose(1, 2, 0).reshape(oc * k, ic))
+    """torch ConvTranspose1d weight [IC, OC, K] -> [OC * K, IC] (ggml ne (IC, K * OC), k fastest).
+
+    The layout is defined once, next to the graph that reads it (omnivoice.nn.conv.conv_transpose_weight);
+    imported here rather than at module level because that module loads the ggml binding.
+    """
+    from ..nn.conv import conv_transpose_weight
+
+    return conv_transpose_weight(w)
 
 
 def _pos_conv_sources(ck: Checkpoint) -> tuple[str, str] | str:

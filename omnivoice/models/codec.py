@@ -1,4 +1,4 @@
-"""The Higgs Audio v2 codec assembled: codes <-> 24 kHz audio, the graphs and the object that runs them.
+"""The Higgs Audio v2 codec assembled: its config, the weights it uses and the encode / decode graphs.
 
 Decode (the TTS output path), per sequence:
     codes int32 [8, T] -> RVQ decode [1024, T] -> fc2 [256, T] -> DAC decoder -> audio [960 T]

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # gguf_parse
+from tests.convert.gguf_parse import GGUFFile
 
-from gguf_parse import GGUFFile  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def load_make_checkpoint():

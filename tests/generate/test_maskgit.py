@@ -23,6 +23,7 @@ from omnivoice.generate import (
     generate,
     gumbel_noise,
     gumbel_sample,
+    sample_classes,
     teacher_force,
     top_k_positions,
     unmask_schedule,
@@ -240,6 +241,15 @@ def test_gumbel_sample_draws_like_rand_like(fresh_seed):
     got = gumbel_sample(logits, 5.0, a)
     u = b.rand(logits.size).reshape(logits.shape)
     np.testing.assert_array_equal(got, logits * np.float32(0.2) + gumbel_noise(u))
+    assert a.offset == b.offset
+
+
+def test_sample_classes_equals_filter_then_gumbel(fresh_seed):
+    lp = np.log(np.random.default_rng(fresh_seed).dirichlet(np.ones(1025), size=(4, 6))).astype(np.float32)
+    lp[..., MASK_ID] = -np.inf
+    a, b = CudaPhiloxGenerator(fresh_seed), CudaPhiloxGenerator(fresh_seed)
+    expected = gumbel_sample(filter_top_k(lp), 0.7, a).argmax(axis=-1)
+    np.testing.assert_array_equal(sample_classes(lp, 0.7, b), expected, err_msg=f"seed {fresh_seed}")
     assert a.offset == b.offset
 
 

@@ -1,5 +1,9 @@
 """Codec parity on the tiny checkpoint: our ggml graphs against the PyTorch reference's dumped outputs.
 
+On a GPU backend (OMNIVOICE_TEST_BACKEND=cuda) ggml computes F32 matrix products in TF32, so the float
+comparisons use TF32-sized tolerances there, and exact codes are asked of the encoder placed on the CPU
+(encode_backend="cpu"); the GPU encoder must still agree on most codes.
+
 Goldens: tests/golden/codec_tiny.npz, regenerated with
     python3 tools/make_checkpoint.py --preset tiny --seed 0 -o /tmp/ckpt-tiny
     .venv-ref/bin/python tools/reference/golden_codec.py /tmp/ckpt-tiny -o tests/golden/codec_tiny.npz
@@ -43,21 +47,43 @@ def codec(tiny_gguf, backend_spec):
         yield c
 
 
+@pytest.fixture(scope="module")
+def exact(codec, tiny_gguf, backend_spec):
+    """The codec whose encoder computes in full float32: the test codec itself on the CPU."""
+    if not codec.runtime.is_gpu:
+        yield codec
+        return
+    with load_codec(tiny_gguf["codec"], backend_spec, encode_backend="cpu") as c:
+        yield c
+
+
+def tol(codec, cpu: float, gpu: float) -> float:
+    """Error bound for this backend: float32 on the CPU, TF32 products on a GPU."""
+    return gpu if codec.runtime.is_gpu else cpu
+
+
 # ------------------------------------------------------------------------------------------------ encode
 
 @pytest.mark.parametrize("clip, padded", [("a", False), ("b", True)])
-def test_encode_codes_identical_to_reference(codec, golden, clip, padded):
+def test_encode_codes_identical_to_reference(exact, golden, clip, padded):
     audio = golden[f"clip_{clip}"]
     # clip a is a whole number of frames (acoustic stream unpadded), clip b is not (padded 480 each side)
     from omnivoice.audio import resample
     n16 = resample(audio, 24000, 16000).shape[0]
-    assert model.encode_plan(codec.weights, codec.config, audio.shape[0], n16) == (golden[f"codes_{clip}"].shape[1],
-                                                                                   padded)
-    codes = codec.encode(audio)
+    assert model.encode_plan(exact.encode_weights, exact.config, audio.shape[0], n16) == \
+        (golden[f"codes_{clip}"].shape[1], padded)
+    codes = exact.encode(audio)
     ref = golden[f"codes_{clip}"]
     assert codes.dtype == np.int32 and codes.shape == ref.shape
     agree = (codes == ref).mean(axis=1)
     assert np.array_equal(codes, ref), f"per-codebook agreement {np.round(agree, 3).tolist()}"
+
+
+def test_encode_on_the_test_backend(codec, golden):
+    """Whatever the backend, its own encoder must give nearly all of the reference's codes."""
+    codes = codec.encode(golden["clip_a"])
+    agree = float(np.mean(codes == golden["codes_a"]))
+    assert agree >= tol(codec, 1.0, 0.9), f"agreement {agree:.4f}"
 
 
 def test_encode_intermediates_match_reference(codec, golden):
@@ -67,16 +93,16 @@ def test_encode_intermediates_match_reference(codec, golden):
         ours, ref = inter[name], golden[ref_name]
         assert ours.shape == ref.shape, name
         err = np.abs(ours - ref).max()
-        assert err <= 1e-5 * max(1.0, np.abs(ref).max()), f"{name}: max error {err:.3g}"
+        assert err <= tol(codec, 1e-5, 5e-3) * max(1.0, np.abs(ref).max()), f"{name}: max error {err:.3g}"
 
 
-def test_voice_clone_prompt_codes_identical_to_reference(codec, golden):
+def test_voice_clone_prompt_codes_identical_to_reference(exact, golden):
     """The reference's create_voice_clone_prompt = the audio layer's preprocess_reference + our encode."""
     from omnivoice.audio import preprocess_reference
 
     clip, rms = preprocess_reference(golden["clip_c"], 24000)
     assert rms == pytest.approx(float(golden["prompt_rms_c"]), rel=1e-6)
-    assert np.array_equal(codec.encode(clip), golden["prompt_codes_c"])
+    assert np.array_equal(exact.encode(clip), golden["prompt_codes_c"])
 
 
 def test_encode_rejects_bad_audio(codec):
@@ -100,16 +126,25 @@ def test_decode_matches_reference(codec, golden, case):
     assert audio.dtype == np.float32 and audio.shape == (960 * codes.shape[1],) == ref.shape
     err = np.abs(audio - ref).max()
     assert cosine(audio, ref) >= 0.9999, f"cosine {cosine(audio, ref):.6f}, max error {err:.3g}"
-    # measured 1.5e-6 on CPU against peaks of 0.45
-    assert err <= 2e-5, f"max error {err:.3g}"
+    # measured 1.5e-6 on the CPU against peaks of 0.45 (TF32 on CUDA: about 1e-3)
+    assert err <= tol(codec, 2e-5, 1e-2), f"max error {err:.3g}"
 
 
 def test_decode_batch_equals_single_decodes(codec, golden):
     codes = [golden["dec_codes_0"], golden["dec_codes_1"], golden["codes_a"]]
     batch = codec.decode_batch(codes)
     for c, got in zip(codes, batch):
-        np.testing.assert_allclose(got, codec.decode(c), rtol=0, atol=1e-6)
-    np.testing.assert_allclose(batch[1], golden["dec_audio_1"], rtol=0, atol=2e-5)
+        np.testing.assert_allclose(got, codec.decode(c), rtol=0, atol=tol(codec, 1e-6, 1e-4))
+    np.testing.assert_allclose(batch[1], golden["dec_audio_1"], rtol=0, atol=tol(codec, 2e-5, 1e-2))
+
+
+def test_decode_batch_of_many_short_sequences(codec, rng):
+    """More sequences than one graph holds chains for: split into several graphs, order kept."""
+    seqs = [rng.integers(0, codec.codebook_size, (codec.n_codebooks, int(rng.integers(1, 6)))) for _ in range(30)]
+    out = codec.decode_batch(seqs)
+    assert [len(a) for a in out] == [960 * s.shape[1] for s in seqs]
+    for i in (0, 17, 29):
+        np.testing.assert_allclose(out[i], codec.decode(seqs[i]), rtol=0, atol=tol(codec, 1e-6, 1e-2))
 
 
 def test_windowed_decode_equals_whole(codec, rng):
@@ -121,11 +156,13 @@ def test_windowed_decode_equals_whole(codec, rng):
         assert len(windowed._windows(0, 70)) > 3
         assert got.shape == whole.shape
         err = np.abs(got - whole).max()
-        assert err <= 1e-6 * np.abs(whole).max(), f"seam: max error {err:.3g}"
+        # the CPU computes the same dot products in both (bit-exact here); on CUDA other shapes pick other
+        # kernels, which round to TF32 differently
+        assert err <= tol(codec, 1e-6, 1e-2) * np.abs(whole).max(), f"seam: max error {err:.3g}"
         # too little context must show (so the comparison above can fail)
         short = AudioCodec(codec.runtime, codec.weights, codec.config, window_frames=40, context_frames=2)
         try:
-            assert np.abs(short.decode(codes) - whole).max() > 1e-3
+            assert np.abs(short.decode(codes) - whole).max() > 0.05 * np.abs(whole).max()  # 0.5 measured
         finally:
             short.close()
     finally:
@@ -181,6 +218,15 @@ def test_config_read_from_gguf_metadata(tiny_gguf):
                               ("omnivoice.n_codebooks", 9, "quantizer")):
         with pytest.raises(ValueError, match=match):
             model.CodecConfig.from_gguf({**meta, key: value}, shapes, "x.gguf")
+
+
+def test_encoder_on_its_own_cpu_runtime(tiny_gguf, backend_spec, golden):
+    with load_codec(tiny_gguf["codec"], backend_spec, encode_backend="cpu") as c:
+        assert c.encode_runtime is not c.runtime and c.encode_runtime.device.kind == "cpu"
+        assert "fc2.weight" in c.weights and "fc.weight" not in c.weights
+        assert "fc.weight" in c.encode_weights and "fc2.weight" not in c.encode_weights
+        assert np.array_equal(c.encode(golden["clip_b"]), golden["codes_b"])
+        assert c.decode(golden["codes_b"]).shape == (960 * golden["codes_b"].shape[1],)
 
 
 def test_load_decode_only_skips_the_encoder(tiny_gguf, backend_spec):

@@ -66,6 +66,7 @@ def rvq_graph(runtime):
             g.output("y", rvq.decode(g.ctx, store, c, n_q))
             return g.compute(codes=codes)["y"]                                 # numpy (T, H)
 
+    run.runtime = runtime
     yield run
     for s in stores:
         s.close()
@@ -85,7 +86,9 @@ def test_rvq_decode_matches_numpy(rvq_graph, rng):
     codes = rng.integers(0, 40, (n_q, 17)).astype(np.int32)
     ref = sum(w[rvq.prefix(k) + "codebook.embed"][codes[k]].astype(np.float64) @ w[rvq.prefix(k) + "project_out.weight"].T
               + w[rvq.prefix(k) + "project_out.bias"] for k in range(n_q))
-    np.testing.assert_allclose(rvq_graph(w, n_q, codes=codes), ref, rtol=1e-5, atol=1e-5)
+    # a GPU backend multiplies F32 in TF32 (10-bit mantissa)
+    bound = 3e-3 if rvq_graph.runtime.is_gpu else 1e-5
+    np.testing.assert_allclose(rvq_graph(w, n_q, codes=codes), ref, rtol=bound, atol=bound)
 
 
 def test_rvq_ties_go_to_the_lowest_index(rvq_graph, rng):

@@ -56,6 +56,13 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _version(md, package: str) -> str | None:
+    try:
+        return md.version(package)
+    except md.PackageNotFoundError:  # --codec-only needs transformers alone
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint", type=Path, help="OmniVoice checkpoint directory (Hugging Face layout)")
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         "audio_tokenizer_config_sha256": sha256(ck / "audio_tokenizer" / "config.json"),
         "settings": {"clip_seconds": args.clip_seconds, "decode_frames": list(args.decode_frames),
                      "threads": args.threads, "dtype": "float32", "codec_only": args.codec_only},
-        "versions": {p: md.version(p) for p in ("omnivoice", "torch", "transformers")},
+        "versions": {p: _version(md, p) for p in ("omnivoice", "torch", "transformers")},
         "elapsed_s": round(time.time() - t0, 2),
     }
     arrays["meta_json"] = np.array(json.dumps(meta, indent=1, sort_keys=True))

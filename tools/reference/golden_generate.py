@@ -19,6 +19,10 @@ our ``CudaPhiloxGenerator`` (loaded by path, pure numpy), i.e. the reference is 
 CUDA generator that our port re-creates; the reference's own Gumbel code, draw order and shapes
 are what is under test there.
 
+The reference runs on the CPU here, so its arithmetic is torch's CPU arithmetic (true division by
+the temperature, the CPU log), while our port reproduces the CUDA arithmetic; the two differ by an
+ulp at most, which the margin below absorbs.
+
 Each case must be decided with margin: at every step the chosen tokens lead the runner-up class
 and the k-th unmasked position leads the (k+1)-th by more than MARGIN, so float32 rounding
 differences between numpy and torch cannot flip a decision. A case whose fake-LM seed gives a

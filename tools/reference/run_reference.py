@@ -52,6 +52,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+# our package has the reference's import name: keep the repo root (and the cwd) off the import path
+sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != REPO]
 sys.path.insert(0, str(HERE))
 from synth_clip import SAMPLE_RATE as CLIP_SR, TRANSCRIPT as CLIP_TEXT, synth_clip  # noqa: E402
 
@@ -59,6 +62,7 @@ RUNNER_FILES = (HERE / "run_reference.py", HERE / "synth_clip.py")
 DEFAULT_CACHE = Path(os.environ.get("OMNIVOICE_REF_CACHE", Path.home() / ".cache" / "omnivoice" / "reference"))
 DEFAULT_INSTRUCT = "female, low pitch"
 DEFAULT_TEXT = "Hello world. This is a test."
+MASK_ID = 1024
 
 
 # --------------------------------------------------------------------------------------------------
@@ -126,6 +130,11 @@ def load_reference(ckpt: Path, threads: int):
     torch.set_num_threads(threads)
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+    import omnivoice
+
+    if "site-packages" not in str(omnivoice.__file__):
+        raise SystemExit(f"error: imported {omnivoice.__file__}, not the reference package; run this with the "
+                         f"reference venv's python (tools/reference/setup_venv.sh) and without PYTHONPATH")
     from omnivoice.models.omnivoice import OmniVoice
 
     model = OmniVoice.from_pretrained(str(ckpt), dtype=torch.float32, attn_implementation="sdpa")
@@ -253,22 +262,6 @@ class Recorder:
 # --------------------------------------------------------------------------------------------------
 
 
-def _schedule(model, gen_config, target_len: int) -> list[int]:
-    """The per-step unmask counts, read back from the reference's own helper and loop formula."""
-    import math
-
-    from omnivoice.models.omnivoice import _get_time_steps
-
-    ts = _get_time_steps(0.0, 1.0, gen_config.num_step, gen_config.t_shift).tolist()
-    total = target_len * model.config.num_audio_codebook
-    rem, out = total, []
-    for step in range(gen_config.num_step):
-        n = rem if step == gen_config.num_step - 1 else min(math.ceil(total * (ts[step + 1] - ts[step])), rem)
-        out.append(int(n))
-        rem -= int(n)
-    return out
-
-
 def run_generate(model, s: dict, work: Path) -> tuple[dict, dict]:
     import torch
 
@@ -287,16 +280,13 @@ def run_generate(model, s: dict, work: Path) -> tuple[dict, dict]:
         kwargs["duration"] = s["duration"]
     arrays: dict[str, np.ndarray] = {}
     if s["mode"] == "clone":
-        if s["ref_wav"] is None:
-            clip = synth_clip(seed=s["clip_seed"], duration=s["clip_duration"])
-            wav_path = work / "clip.wav"
-            import soundfile as sf
-
-            sf.write(wav_path, clip, CLIP_SR, subtype="FLOAT")
-        else:
-            wav_path = Path(s["ref_wav"])
         import soundfile as sf
 
+        if s["ref_wav"] is None:
+            wav_path = work / "clip.wav"
+            sf.write(wav_path, synth_clip(seed=s["clip_seed"], duration=s["clip_duration"]), CLIP_SR, subtype="FLOAT")
+        else:
+            wav_path = Path(s["ref_wav"])
         data, sr = sf.read(wav_path, dtype="float32", always_2d=True)
         arrays["ref_wav_input"] = data.mean(axis=1).astype(np.float32) if data.shape[1] > 1 else data[:, 0].copy()
         arrays["ref_wav_sample_rate"] = np.array(sr, dtype=np.int64)
@@ -312,8 +302,11 @@ def run_generate(model, s: dict, work: Path) -> tuple[dict, dict]:
     arrays.update(rec.arrays)
     if not np.array_equal(np.asarray(audios[0], np.float32).reshape(-1), arrays["final_audio"]):
         raise RuntimeError("final audio hook disagrees with generate()'s return value")
-    for c in rec.calls:
-        c["schedule"] = _schedule(model, gen_config, c["target_len"])
+    for k, c in enumerate(rec.calls):
+        # positions unmasked per step, as observed (the reference's own float32 schedule)
+        steps = arrays[f"call{k}_step_tokens"]
+        after = np.concatenate([steps[1:], arrays[f"call{k}_tokens"][None]])
+        c["schedule"] = ((steps == MASK_ID) & (after != MASK_ID)).sum(axis=(1, 2)).tolist()
     meta = {"calls": rec.calls, "elapsed_s": round(elapsed, 3), "num_decode": rec.n_decode,
             "voice_prompt": getattr(rec, "voice_prompt", None), "sample_rate": model.sampling_rate,
             "post_ref_rms": getattr(rec, "post_ref_rms", None)}
