@@ -41,6 +41,7 @@ import os
 import platform
 import queue
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -553,8 +554,16 @@ def write_outputs(args: argparse.Namespace, report: dict) -> None:
         Path(args.markdown).write_text(report["markdown"])
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM (timeout(1), a job runner) ends the run like Ctrl-C: workers ended, partial report kept.
+    # SIGINT is set explicitly because a shell's background job inherits it ignored.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         report = run(args)
     except BenchError as e:

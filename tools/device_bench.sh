@@ -20,7 +20,7 @@ set -euo pipefail
 : "${OUT:?run this through the device tool, which sets OUT}"
 mode="${1:-cuda}"
 start=$(date +%s)
-W=/tmp/ovbench
+W="${BENCH_WORK:-/tmp/ovbench}"
 log() { echo "[device_bench +$(( $(date +%s) - start ))s] $*" >&2; }
 
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -77,7 +77,7 @@ else
         --cases "${CASES:-auto5,clone5,auto20}" --repeats "${REPEATS:-5}" --warmup "${WARMUP:-2}")
 fi
 set +e
-timeout --signal=INT --kill-after=20 "$left" \
+timeout --signal=TERM --kill-after=20 "$left" \
   python3 tools/bench.py --checkpoint "$W/ckpt" --gguf-dir "$W/gguf" "${args[@]}" --timeout 300 \
     --json "$OUT/bench-$mode.json" --markdown "$OUT/bench-$mode.md" 2>&1 | tee "$OUT/bench-$mode.log"
 rc=${PIPESTATUS[0]}
