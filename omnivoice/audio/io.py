@@ -106,6 +106,18 @@ def _check_rate(sample_rate: int) -> int:
     return int(sample_rate)
 
 
+def as_mono(audio: np.ndarray, name: str = "audio") -> np.ndarray:
+    """``audio`` as float32 [samples]; a [1, samples] array is accepted, anything else is a clear error."""
+    a = np.asarray(audio)
+    if a.ndim == 2 and a.shape[0] == 1:
+        a = a[0]
+    if a.ndim != 1:
+        raise ValueError(f"{name} must be mono, shape [samples] or [1, samples]; got shape {a.shape}")
+    if not np.issubdtype(a.dtype, np.floating):
+        raise TypeError(f"{name} must be floating point audio in [-1, 1]; got dtype {a.dtype}")
+    return a.astype(np.float32, copy=False)
+
+
 def encode_samples(audio: np.ndarray, fmt: str = "wav16") -> bytes:
     """Encode mono float audio as little-endian WAV sample data in format ``fmt``.
 
@@ -113,14 +125,7 @@ def encode_samples(audio: np.ndarray, fmt: str = "wav16") -> bytes:
     samples raise ValueError rather than being written as noise.
     """
     _, bits = _check_format(fmt)
-    a = np.asarray(audio)
-    if a.ndim == 2 and a.shape[0] == 1:
-        a = a[0]
-    if a.ndim != 1:
-        raise ValueError(f"audio must be mono, shape [samples]; got shape {a.shape}")
-    if not np.issubdtype(a.dtype, np.floating):
-        raise TypeError(f"audio must be floating point in [-1, 1]; got dtype {a.dtype}")
-    a = a.astype(np.float32, copy=False)
+    a = as_mono(audio)
     if not np.all(np.isfinite(a)):
         raise ValueError("audio contains NaN or infinite samples; refusing to write them")
     if fmt == "wav32":

@@ -30,6 +30,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from .io import as_mono
 from .resample import resample
 
 __all__ = [
@@ -69,17 +70,6 @@ AudioChunks = Union[np.ndarray, Sequence[np.ndarray]]
 # ---------------------------------------------------------------------------
 
 
-def _mono(audio: np.ndarray, name: str = "audio") -> np.ndarray:
-    a = np.asarray(audio)
-    if a.ndim == 2 and a.shape[0] == 1:
-        a = a[0]
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be mono, shape [samples] or [1, samples]; got shape {a.shape}")
-    if not np.issubdtype(a.dtype, np.floating):
-        raise TypeError(f"{name} must be floating point audio in [-1, 1]; got dtype {a.dtype}")
-    return a.astype(np.float32, copy=False)
-
-
 def _check_rate(sample_rate: int) -> int:
     if isinstance(sample_rate, bool) or int(sample_rate) != sample_rate or sample_rate <= 0:
         raise ValueError(f"sample_rate must be a positive integer number of Hz, got {sample_rate!r}")
@@ -88,7 +78,7 @@ def _check_rate(sample_rate: int) -> int:
 
 def to_pcm16(audio: np.ndarray) -> np.ndarray:
     """Quantise float audio to int16 the way the reference feeds pydub (truncation toward zero)."""
-    a = _mono(audio)
+    a = as_mono(audio)
     return (a * 32768.0).clip(-32768, 32767).astype(np.int16)
 
 
@@ -363,7 +353,7 @@ def trim_long_audio(
     is before ``min_duration`` the audio is cut at ``max_duration``. Audio that is not trimmed is
     returned unchanged (not quantised); trimmed audio is int16-quantised.
     """
-    a = _mono(audio)
+    a = as_mono(audio)
     rate = _check_rate(sample_rate)
     duration = a.shape[-1] / rate
     if duration <= trim_threshold:
@@ -393,7 +383,7 @@ def fade_and_pad(
 ) -> np.ndarray:
     """Linear fade-in/out over ``fade_duration`` s (at most half the clip each), then pad
     ``pad_duration`` s of zeros on both sides. Port of the reference's ``fade_and_pad_audio``."""
-    a = _mono(audio)
+    a = as_mono(audio)
     if a.shape[-1] == 0:
         return a
     fade_samples = int(fade_duration * sample_rate)
@@ -422,7 +412,7 @@ def cross_fade_chunks(
     """
     if len(chunks) == 0:
         raise ValueError("cross_fade_chunks needs at least one chunk, got none")
-    chunks = [_mono(c, f"chunk {i}") for i, c in enumerate(chunks)]
+    chunks = [as_mono(c, f"chunk {i}") for i, c in enumerate(chunks)]
     if len(chunks) == 1:
         return chunks[0]
     total_n = int(silence_duration * sample_rate)
@@ -450,7 +440,7 @@ def peak_normalize(audio: np.ndarray, peak_target: float = 0.5) -> np.ndarray:
     """Scale so the peak is ``peak_target`` (no-op when the peak is <= 1e-6); the reference's
     volume step when there is no reference clip. Empty audio is returned as is (the reference
     would fail on it taking the max of nothing)."""
-    a = _mono(audio)
+    a = as_mono(audio)
     if a.shape[-1] == 0:
         return a
     peak = np.abs(a).max()
@@ -461,7 +451,7 @@ def peak_normalize(audio: np.ndarray, peak_target: float = 0.5) -> np.ndarray:
 
 def audio_rms(audio: np.ndarray) -> float:
     """RMS as the reference computes ``ref_rms``: float32 ``sqrt(mean(x**2))`` as a Python float."""
-    a = _mono(audio)
+    a = as_mono(audio)
     if a.shape[-1] == 0:
         raise ValueError("cannot take the RMS of empty audio")
     return float(np.sqrt(np.mean(a**2)))
@@ -469,7 +459,7 @@ def audio_rms(audio: np.ndarray) -> float:
 
 def normalize_reference_rms(audio: np.ndarray, ref_rms: float) -> np.ndarray:
     """Raise a quiet reference clip (0 < rms < 0.1) to rms 0.1; others are returned unchanged."""
-    a = _mono(audio)
+    a = as_mono(audio)
     if 0 < ref_rms < 0.1:
         a = a * 0.1 / ref_rms
     return a
@@ -478,7 +468,7 @@ def normalize_reference_rms(audio: np.ndarray, ref_rms: float) -> np.ndarray:
 def match_reference_loudness(audio: np.ndarray, ref_rms: Optional[float]) -> np.ndarray:
     """The reference's output volume step: scale by ``ref_rms / 0.1`` when the reference clip was
     quiet (ref_rms < 0.1), leave it when it was loud, and peak-normalise to 0.5 without one."""
-    a = _mono(audio)
+    a = as_mono(audio)
     if ref_rms is not None and ref_rms < 0.1:
         return a * ref_rms / 0.1
     if ref_rms is None:
@@ -488,7 +478,7 @@ def match_reference_loudness(audio: np.ndarray, ref_rms: Optional[float]) -> np.
 
 def clip_to_hop(audio: np.ndarray, hop_length: int = HOP_LENGTH) -> np.ndarray:
     """Drop trailing samples so the length is a multiple of ``hop_length`` (the codec frame)."""
-    a = _mono(audio)
+    a = as_mono(audio)
     clip_size = int(a.shape[-1] % hop_length)
     return a[:-clip_size] if clip_size > 0 else a
 
@@ -586,7 +576,7 @@ def postprocess_output(
     """
     rate = _check_rate(sample_rate)
     if isinstance(audio, np.ndarray):
-        waveform = _mono(audio)
+        waveform = as_mono(audio)
     else:
         waveform = cross_fade_chunks(list(audio), rate, cross_fade_duration)
     if postprocess:
