@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -161,7 +160,7 @@ def load_voice(ov, args):
 
 def run(args) -> int:
     from .api import OmniVoice
-    from .audio.io import WavStreamWriter, write_wav
+    from .audio.io import write_wav
 
     text = None if args.srt else read_text(args)
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))

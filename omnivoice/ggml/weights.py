@@ -14,7 +14,7 @@ import numpy as np
 from . import types
 from ._ffi import ffi, lib
 from .backend import Runtime
-from .graph import new_context, new_tensor, set_name
+from .graph import new_context, set_name
 
 
 def read_metadata(reader) -> dict[str, Any]:

@@ -4,7 +4,6 @@ dubbing, debug dumps, and one clear message (with the bad-input exit status, no 
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 from pathlib import Path

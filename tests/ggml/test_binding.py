@@ -25,7 +25,7 @@ def test_graph_replay_and_input_checks(runtime, rng):
     with Graph(runtime) as g:
         a = g.input("a", np.float32, (3, 4))
         b = g.input("b", np.float32, (3, 4))
-        unused = g.input("unused", np.float32, (2,))
+        g.input("unused", np.float32, (2,))  # declared, never consumed
         g.output("y", lib.ggml_add(g.ctx, lib.ggml_mul(g.ctx, a, b), a))
         g.allocate()
         x, y = rng.standard_normal((2, 3, 4)).astype(np.float32)
