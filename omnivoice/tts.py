@@ -6,6 +6,7 @@ Argument parsing and I/O only: every decision is the API's (omnivoice.api.OmniVo
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import sys
 import time
@@ -162,7 +163,10 @@ def run(args) -> int:
     from .api import OmniVoice
     from .audio.io import write_wav
 
-    text = None if args.srt else read_text(args)
+    # -o - with text on stdin reads it as it arrives: synthesis starts at the first finished sentence
+    incremental = args.output == "-" and args.text is None and not args.srt and not args.llm_test \
+        and not args.maskgit_test
+    text = None if args.srt or incremental else read_text(args)
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     t0 = time.perf_counter()
     with OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads, quant=args.quant,
@@ -213,25 +217,62 @@ def run(args) -> int:
     return EXIT_OK
 
 
-def stream_stdout(ov, args, text: str, voice, opts: dict) -> int:
-    """-o -: WAV to stdout, written sentence by sentence (one WAV per line with --stream-by-line)."""
+def stdin_lines():
+    """Lines of stdin as they arrive (a pipe is read line by line, not to its end first)."""
+    if sys.stdin is None or sys.stdin.isatty():
+        raise ValueError("no text: give it as an argument or on stdin")
+    yield from iter(sys.stdin.readline, "")
+
+
+def complete_sentences(lines):
+    """Sentences from a stream of text lines, each yielded as soon as the text after it shows it is complete."""
+    from .pipeline import split_sentences
+
+    pending = ""
+    for line in lines:
+        pending += line
+        parts = split_sentences(pending)
+        # The last piece is finished only if more text would start a new sentence rather than extend it.
+        last_is_complete = bool(parts) and split_sentences(pending + " Probe")[-1] == "Probe"
+        complete = parts if last_is_complete else parts[:-1]
+        yield from complete
+        pending = "" if last_is_complete else (parts[-1] if parts else pending)
+    yield from split_sentences(pending)
+
+
+def stream_stdout(ov, args, text, voice, opts: dict) -> int:
+    """-o -: WAV to stdout, written sentence by sentence (one WAV per input line with --stream-by-line)."""
     from .audio.io import WavStreamWriter
     from .pipeline import SentenceStream, split_sentences
 
     out = sys.stdout.buffer
-    stream = SentenceStream(ov.pipeline, ov.settings(text=text, **opts), voice)
+    lines = stdin_lines() if text is None else iter(text.splitlines(keepends=True))
+    stream = None
+
+    def say(sentence: str):
+        nonlocal stream
+        if stream is None:  # the first sentence decides Chinese or English voice-design wording
+            stream = SentenceStream(ov.pipeline, ov.settings(text=sentence, **opts), voice)
+        return stream.say(sentence)
+
     if args.stream_by_line:
-        for line in text.splitlines():
+        spoken = 0
+        for line in lines:
             if line.strip():
-                writer = WavStreamWriter(out, ov.sample_rate, args.format)
-                for sentence in split_sentences(line):
-                    writer.write(stream.say(sentence))
-                writer.close()
+                with WavStreamWriter(out, ov.sample_rate, args.format) as writer:
+                    for sentence in split_sentences(line):
+                        writer.write(say(sentence))
+                        spoken += 1
+        if not spoken:
+            raise ValueError("text is empty: nothing to synthesize")
         return EXIT_OK
-    writer = WavStreamWriter(out, ov.sample_rate, args.format)
-    for sentence in split_sentences(text):
-        writer.write(stream.say(sentence))
-    writer.close()
+    sentences = complete_sentences(lines)
+    first = next(sentences, None)
+    if first is None:  # checked before the WAV header goes out
+        raise ValueError("text is empty: nothing to synthesize")
+    with WavStreamWriter(out, ov.sample_rate, args.format) as writer:
+        for sentence in itertools.chain([first], sentences):
+            writer.write(say(sentence))
     return EXIT_OK
 
 
