@@ -156,9 +156,10 @@ def test_windowed_decode_equals_whole(codec, rng):
         assert len(windowed._windows(0, 70)) > 3
         assert got.shape == whole.shape
         err = np.abs(got - whole).max()
-        # the CPU computes the same dot products in both (bit-exact here); on CUDA other shapes pick other
-        # kernels, which round to TF32 differently
-        assert err <= tol(codec, 1e-6, 1e-2) * np.abs(whole).max(), f"seam: max error {err:.3g}"
+        # same math, other GEMM shapes: llamafile's sgemm (CPU) tiles by shape, so sums reassociate (1e-6
+        # relative seen); on CUDA other shapes pick other kernels, which round to TF32 differently. A seam is
+        # five orders of magnitude larger (the control below).
+        assert err <= tol(codec, 1e-5, 1e-2) * np.abs(whole).max(), f"seam: max error {err:.3g}"
         # too little context must show (so the comparison above can fail)
         short = AudioCodec(codec.runtime, codec.weights, codec.config, window_frames=40, context_frames=2)
         try:
