@@ -153,18 +153,23 @@ class Pipeline:
                            num_ref_audio_tokens=n_ref, speed=speed)
 
     # ------------------------------------------------------------------------------------------ generation
-    def generate_chunk(self, chunk: Chunk, settings: Settings, rng: Optional[CudaPhiloxGenerator],
-                       on_step: Optional[Callable[[int], None]] = None,
-                       dump: Optional[Path] = None, index: int = 0) -> np.ndarray:
-        """MaskGIT for one chunk -> int32 [8, T]."""
+    def _prompt(self, chunk: Chunk, settings: Settings):
+        """The chunk's step-0 prompt, as text/ builds it and as the LM runner takes it."""
+        from .runners.lm import Prompt  # the runner's own prompt type; text/ stays free of ggml
+
         cfg = self.lm.cfg
         prompt = build_prompt(self.tokenizer, chunk.text, chunk.n_target, ref_text=chunk.ref_text,
                               ref_audio_tokens=chunk.ref_codes, lang=settings.language,
                               instruct=settings.instruct, denoise=settings.denoise,
                               num_codebooks=cfg.n_codebook, audio_mask_id=cfg.audio_mask_id)
-        from .runners.lm import Prompt  # the runner's own prompt type; text/ stays free of ggml
+        return prompt, Prompt(prompt.cond_ids, prompt.audio_mask, prompt.num_target_tokens)
 
-        lm_prompt = Prompt(prompt.cond_ids, prompt.audio_mask, prompt.num_target_tokens)
+    def generate_chunk(self, chunk: Chunk, settings: Settings, rng: Optional[CudaPhiloxGenerator],
+                       on_step: Optional[Callable[[int], None]] = None,
+                       dump: Optional[Path] = None, index: int = 0) -> np.ndarray:
+        """MaskGIT for one chunk -> int32 [8, T]."""
+        cfg = self.lm.cfg
+        prompt, lm_prompt = self._prompt(chunk, settings)
         greedy = settings.sampler.class_temperature == 0
         want_logits = dump is not None and index == 0
         with self.lm.session([lm_prompt], settings.sampler.guidance_scale, greedy, with_logits=want_logits) as s:
@@ -183,17 +188,9 @@ class Pipeline:
     def llm_test(self, text: str, settings: Settings, voice: Optional[VoicePrompt], dump: Path) -> np.ndarray:
         """One full LM forward of the first chunk's step-0 prompt; writes prompt_ids.npy and llm_logits.npy
         (float32 [8, T, V]: the conditional row's raw audio logits over the target window) into `dump`."""
-        from .runners.lm import Prompt
-
-        plan = self.plan(text, settings, voice)[0]
-        ref_codes, ref_text = (voice.codes, voice.text) if plan.ref == "prompt" else (None, None)
-        cfg = self.lm.cfg
-        prompt = build_prompt(self.tokenizer, plan.text, plan.num_target_tokens, ref_text=ref_text,
-                              ref_audio_tokens=ref_codes, lang=settings.language, instruct=settings.instruct,
-                              denoise=settings.denoise, num_codebooks=cfg.n_codebook,
-                              audio_mask_id=cfg.audio_mask_id)
-        with self.lm.session([Prompt(prompt.cond_ids, prompt.audio_mask, prompt.num_target_tokens)],
-                             settings.sampler.guidance_scale, greedy=True, with_logits=True) as s:
+        plans = self.plan(text, settings, voice)
+        prompt, lm_prompt = self._prompt(_chunk(plans, 0, [], voice), settings)
+        with self.lm.session([lm_prompt], settings.sampler.guidance_scale, greedy=True, with_logits=True) as s:
             logits = s.step([prompt.uncond_ids])[0]["cond_logits"]
         dump.mkdir(parents=True, exist_ok=True)
         np.save(dump / "prompt_ids.npy", prompt.cond_ids.astype(np.int32))
@@ -224,15 +221,8 @@ class Pipeline:
             dump.mkdir(parents=True, exist_ok=True)
         tokens: list[np.ndarray] = []
         for i, plan in enumerate(plans):
-            if plan.ref == "prompt":
-                ref_codes, ref_text = voice.codes, voice.text
-            elif plan.ref == "chunk0":
-                ref_codes, ref_text = tokens[0], plans[0].text
-            else:
-                ref_codes, ref_text = None, None
             log.debug("chunk %d/%d: %d frames, %r", i + 1, len(plans), plan.num_target_tokens, plan.text[:60])
-            tokens.append(self.generate_chunk(Chunk(plan.text, plan.num_target_tokens, ref_codes, ref_text),
-                                              settings, rng, on_step, dump, i))
+            tokens.append(self.generate_chunk(_chunk(plans, i, tokens, voice), settings, rng, on_step, dump, i))
             # steps a short chunk skips (nothing to unmask) still count toward the total
             done[0] = (i + 1) * settings.sampler.num_step
             if progress is not None:
@@ -313,6 +303,16 @@ class SentenceStream:
         if self.voice is None:
             self.voice = VoicePrompt(tokens[0], sentence, None)
         return audio.astype(np.float32, copy=False)
+
+
+def _chunk(plans: list[ChunkPlan], i: int, tokens: list[np.ndarray], voice: Optional[VoicePrompt]) -> Chunk:
+    """Chunk i of a plan with its voice prompt: the user's, chunk 0's tokens and text, or none."""
+    plan = plans[i]
+    if plan.ref == "prompt":
+        return Chunk(plan.text, plan.num_target_tokens, voice.codes, voice.text)
+    if plan.ref == "chunk0":
+        return Chunk(plan.text, plan.num_target_tokens, tokens[0], plans[0].text)
+    return Chunk(plan.text, plan.num_target_tokens, None, None)
 
 
 def make_rng(seed: Optional[int]) -> CudaPhiloxGenerator:
