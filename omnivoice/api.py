@@ -26,7 +26,8 @@ log = logging.getLogger("omnivoice")
 DEFAULT_REPO = "k2-fsa/OmniVoice"
 AudioInput = Union[str, os.PathLike, tuple]  # a path, or (samples, sample_rate)
 
-__all__ = ["OmniVoice", "SynthesisResult", "VoicePrompt", "Cancelled", "resolve_model", "DEFAULT_REPO"]
+__all__ = ["OmniVoice", "SynthesisResult", "VoicePrompt", "Cancelled", "ModelNotAvailable", "resolve_model",
+           "DEFAULT_REPO"]
 
 
 def cache_dir() -> Path:
@@ -78,17 +79,22 @@ def resolve_model(model: Optional[str], codec: Optional[str] = None, quant: str 
     return lm, codec_path
 
 
+class ModelNotAvailable(FileNotFoundError):
+    """The model named by a repo id cannot be had here (no huggingface_hub, no network, no such repo)."""
+
+
 def _download(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise RuntimeError(f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not "
-                           f"installed: pip install huggingface_hub, or pass a local checkpoint or GGUF") from None
+        raise ModelNotAvailable(f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not "
+                                f"installed: pip install huggingface_hub, or pass a local checkpoint or GGUF") from None
     try:
         return Path(snapshot_download(repo_id))
     except Exception as e:
-        raise RuntimeError(f"could not download {repo_id} from the Hugging Face Hub ({e}); offline, pass a "
-                           f"local checkpoint directory or GGUF files") from e
+        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelNotAvailable(f"could not download {repo_id} from the Hugging Face Hub ({first_line}); "
+                                f"offline, pass --model with a local checkpoint directory or GGUF file") from e
 
 
 class OmniVoice:

@@ -113,3 +113,12 @@ def test_checkpoint_directory_is_converted_once(tiny_checkpoint, tmp_path, monke
     assert lm.is_file() and codec.is_file() and tmp_path in lm.parents
     mtime = lm.stat().st_mtime_ns
     assert resolve_model(str(tiny_checkpoint))[0].stat().st_mtime_ns == mtime
+
+
+def test_repo_id_that_cannot_be_had_is_a_clear_error(monkeypatch, tmp_path):
+    from omnivoice.api import ModelNotAvailable
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ModelNotAvailable, match="nobody/no-such-omnivoice"):
+        resolve_model("nobody/no-such-omnivoice")
