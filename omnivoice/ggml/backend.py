@@ -149,13 +149,17 @@ class Runtime:
     def is_gpu(self) -> bool:
         return self.device.kind != "cpu"
 
-    def supports_flash_attn(self, head_dim: int = 128) -> bool:
-        """Whether the primary backend runs ggml_flash_attn_ext for this head size (probed once per size)."""
+    def supports_flash_attn(self, head_dim: int = 128, kv_type: int | None = None) -> bool:
+        """Whether the primary backend runs ggml_flash_attn_ext for this head size with K/V stored as `kv_type`
+        (default F16), probed once per combination."""
+        from . import types
+        from .graph import probe_flash_attn
+
+        kv_type = types.F16 if kv_type is None else kv_type
         cache = self.__dict__.setdefault("_fa", {})
-        if head_dim not in cache:
-            from .graph import probe_flash_attn
-            cache[head_dim] = probe_flash_attn(self, head_dim)
-        return cache[head_dim]
+        if (head_dim, kv_type) not in cache:
+            cache[(head_dim, kv_type)] = probe_flash_attn(self, head_dim, kv_type)
+        return cache[(head_dim, kv_type)]
 
     def close(self) -> None:
         for b in reversed(self._backends):

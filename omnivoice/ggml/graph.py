@@ -217,13 +217,14 @@ class Graph:
             pass
 
 
-def probe_flash_attn(runtime: Runtime, head_dim: int) -> bool:
-    """Whether the runtime's primary backend supports ggml_flash_attn_ext for this head size and an F16 mask."""
+def probe_flash_attn(runtime: Runtime, head_dim: int, kv_type: int) -> bool:
+    """Whether the runtime's primary backend supports ggml_flash_attn_ext for this head size, K/V stored as
+    `kv_type` and an F16 mask."""
     ctx = new_context(8)
     try:
         q = new_tensor(ctx, types.F32, (1, 4, head_dim))
-        k = new_tensor(ctx, types.F16, (1, 4, head_dim))
-        v = new_tensor(ctx, types.F16, (1, 4, head_dim))
+        k = new_tensor(ctx, kv_type, (1, 4, head_dim))
+        v = new_tensor(ctx, kv_type, (1, 4, head_dim))
         m = new_tensor(ctx, types.F16, (1, 4, 4))
         fa = lib.ggml_flash_attn_ext(ctx, q, k, v, m, 1.0, 0.0, 0.0)
         return bool(lib.ggml_backend_supports_op(runtime.backend, fa))

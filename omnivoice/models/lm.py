@@ -70,8 +70,9 @@ def embed(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask):
     return lib.ggml_add(ctx, lib.ggml_mul(ctx, text, keep_text), lib.ggml_mul(ctx, audio, m))
 
 
-def layer(ctx, w, cfg: LMConfig, i: int, x, pos, kq_mask, flash: bool):
-    """One Qwen3 decoder layer: x [n_embd, L] -> [n_embd, L]."""
+def layer(ctx, w, cfg: LMConfig, i: int, x, pos, kq_mask, flash_kv: int | None):
+    """One Qwen3 decoder layer: x [n_embd, L] -> [n_embd, L]. `flash_kv`: K/V type of flash attention, or None
+    for the plain path."""
     p = f"llm.layers.{i}."
     L = x.ne[1]
     residual = x
@@ -87,7 +88,8 @@ def layer(ctx, w, cfg: LMConfig, i: int, x, pos, kq_mask, flash: bool):
     k = nn.rms_norm(ctx, k, w[p + "self_attn.k_norm.weight"], cfg.rms_eps)
     q = nn.rope_neox(ctx, q, pos, cfg.rope_theta)
     k = nn.rope_neox(ctx, k, pos, cfg.rope_theta)
-    cur = nn.attention(ctx, q, k, v, kq_mask, 1.0 / math.sqrt(cfg.head_dim), flash)      # [D * H, L]
+    cur = nn.attention(ctx, q, k, v, kq_mask, 1.0 / math.sqrt(cfg.head_dim),
+                       flash=flash_kv is not None, kv_type=flash_kv)                        # [D * H, L]
     cur = lib.ggml_mul_mat(ctx, w[p + "self_attn.o_proj.weight"], cur)                    # [n_embd, L]
     x = lib.ggml_add(ctx, residual, cur)
 
@@ -101,7 +103,7 @@ def layer(ctx, w, cfg: LMConfig, i: int, x, pos, kq_mask, flash: bool):
 FP16_MAX = 65504.0
 
 
-def hidden_states(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, pos, kq_mask, flash: bool,
+def hidden_states(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, pos, kq_mask, flash_kv: int | None,
                   clamp_fp16: bool = False):
     """The backbone: embeddings, every layer, final norm -> [n_embd, L].
 
@@ -110,7 +112,7 @@ def hidden_states(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, pos, k
     """
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask)
     for i in range(cfg.n_layer):
-        x = layer(ctx, w, cfg, i, x, pos, kq_mask, flash)
+        x = layer(ctx, w, cfg, i, x, pos, kq_mask, flash_kv)
         if clamp_fp16:
             x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
     return nn.rms_norm(ctx, x, w["llm.norm.weight"], cfg.rms_eps)
