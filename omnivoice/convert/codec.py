@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import gguf_keys as K
 from .checkpoint import Checkpoint, require
-from .errors import CheckpointError
+from .errors import CheckpointError, raise_problems
 from .gguf_out import OutTensor
 
 POS_CONV = "semantic_model.encoder.pos_conv_embed.conv"
@@ -267,9 +267,7 @@ def plan_codec(ck: Checkpoint) -> tuple[list[tuple], list[OutTensor]]:
             problems.append(f"{name} is missing")
         elif ck.codec.shape(name) != shape:
             problems.append(f"{name} has shape {list(ck.codec.shape(name))}, expected {list(shape)}")
-    if problems:
-        raise CheckpointError(f"{path}: weights do not match audio_tokenizer/config.json: " + "; ".join(problems[:10])
-                              + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""))
+    raise_problems(problems, f"{path}: weights do not match audio_tokenizer/config.json")
     known = {n for n, _ in inv} | (set(pos) if isinstance(pos, tuple) else set())
     extra = [n for n in ck.codec.names() if n not in known and not _DROP.match(n)]
     if extra:

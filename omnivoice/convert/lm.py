@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import gguf_keys as K
 from .checkpoint import Checkpoint, require
-from .errors import CheckpointError, ConversionError
+from .errors import CheckpointError, ConversionError, raise_problems
 from .gguf_out import OutTensor
 from .tokenizer import TokenizerData, read_tokenizer
 
@@ -126,9 +126,7 @@ def plan_lm(ck: Checkpoint, quant: str) -> tuple[list[tuple], list[OutTensor], T
             problems.append(f"{name} is missing")
         elif ck.lm.shape(name) != shape:
             problems.append(f"{name} has shape {list(ck.lm.shape(name))}, expected {list(shape)}")
-    if problems:
-        raise CheckpointError(f"{ck.root}: LM weights do not match config.json: " + "; ".join(problems[:10])
-                              + (f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""))
+    raise_problems(problems, f"{ck.root}: LM weights do not match config.json")
     known = {n for n, _ in inv} | {OFFSETS}
     extra = [n for n in ck.lm.names() if n not in known]
     if extra:
