@@ -1,7 +1,8 @@
-"""A model's weights: GGUF tensors loaded into one backend buffer, plus derived tensors computed at load time.
+"""A model's weights: GGUF tensors on a backend, plus derived tensors computed at load time.
 
-The gguf package memory-maps the file, and each tensor is copied straight from the map into the backend
-buffer, so the process never holds a second copy in RAM; the map is closed once the upload is done.
+omnivoice.gguf_file memory-maps the file. On the CPU the map itself is the weight buffer (the weights are in RAM
+once, as file pages); on a GPU each tensor is copied from the map and its pages are released right after, so
+the process never holds a second copy in RAM.
 """
 
 from __future__ import annotations
