@@ -21,6 +21,7 @@ ARCH_CODEC = "omnivoice-tokenizer"
 GENERAL_ARCHITECTURE = "general.architecture"
 GENERAL_NAME = "general.name"
 GENERAL_FILE_TYPE = "general.file_type"  # llama.cpp's LlamaFileType: 0 F32, 1 F16, 7 Q8_0, 32 BF16
+GENERAL_ALIGNMENT = "general.alignment"  # tensor data alignment in bytes (GGUF's default, when absent: 32)
 
 # --- LM: standard keys ({arch}.key) ----------------------------------------------------------------
 LM_BLOCK_COUNT = f"{ARCH_LM}.block_count"
@@ -79,7 +80,7 @@ TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 
 LM_KEY_TYPES: dict[str, str] = {
-    GENERAL_ARCHITECTURE: "str", GENERAL_NAME: "str", GENERAL_FILE_TYPE: "u32",
+    GENERAL_ARCHITECTURE: "str", GENERAL_NAME: "str", GENERAL_FILE_TYPE: "u32", GENERAL_ALIGNMENT: "u32",
     LM_BLOCK_COUNT: "u32", LM_CONTEXT_LENGTH: "u32", LM_EMBEDDING_LENGTH: "u32", LM_FEED_FORWARD_LENGTH: "u32",
     LM_HEAD_COUNT: "u32", LM_HEAD_COUNT_KV: "u32", LM_KEY_LENGTH: "u32", LM_VALUE_LENGTH: "u32",
     LM_RMS_EPS: "f32", LM_ROPE_FREQ_BASE: "f32", LM_VOCAB_SIZE: "u32",
@@ -157,7 +158,7 @@ SENC_BLOCK_DILATIONS = "omnivoice.semantic_encoder.block_dilations"
 SENC_CHANNELS = "omnivoice.semantic_encoder.channels"    # output width of each block
 
 CODEC_KEY_TYPES: dict[str, str] = {
-    GENERAL_ARCHITECTURE: "str", GENERAL_NAME: "str", GENERAL_FILE_TYPE: "u32",
+    GENERAL_ARCHITECTURE: "str", GENERAL_NAME: "str", GENERAL_FILE_TYPE: "u32", GENERAL_ALIGNMENT: "u32",
     SAMPLE_RATE: "u32", SEMANTIC_SAMPLE_RATE: "u32", DOWNSAMPLE_FACTOR: "u32", SEMANTIC_DOWNSAMPLE_FACTOR: "u32",
     HOP_LENGTH: "u32", FRAME_RATE: "u32", HIDDEN_SIZE: "u32", CODEBOOK_SIZE: "u32", CODEBOOK_DIM: "u32",
     N_CODEBOOKS: "u32", CONV_TRANSPOSE_LAYOUT: "str",

@@ -18,7 +18,7 @@ What it does: converts the checkpoint once per quantization (``python -m omnivoi
 process per column (tools/bench_worker.py: ours per quantization with this interpreter, the reference per
 dtype with its own interpreter, since both packages are named ``omnivoice``), loads each model once, and per
 case runs ``--warmup`` untimed syntheses on every worker, then ``--repeats`` timed ones, alternating the
-workers (the order flips every repeat). Deterministic mode on both sides: position_temperature 0,
+workers (the order flips every repeat, and --pause idle seconds precede each timed run). Deterministic mode on both sides: position_temperature 0,
 class_temperature 0, ``--steps`` MaskGIT steps, a fixed duration (``duration=`` passed to both).
 
 Reported per case and worker (medians over the repeats): end-to-end wall time of one synthesize/generate
@@ -407,6 +407,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--pause", type=float, default=1.0,
+                    help="seconds of idle between runs, so that one worker's spinning threads (OpenMP, ggml's "
+                         "thread pool) have gone quiet before the next one is timed (default 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--language", default="English")
     ap.add_argument("--gguf-dir", default=None, help="where conversions go (default: CHECKPOINT-gguf beside it)")
@@ -417,8 +420,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.quants = _list(args.quant, QUANTS, "--quant")
     args.ref_dtypes = _list(args.ref_dtype, REF_DTYPES, "--ref-dtype")
     args.case_names = _list(args.cases, tuple(CASES), "--cases")
-    if args.repeats < 1 or args.warmup < 0 or args.steps < 1:
-        raise SystemExit("error: --repeats and --steps must be >= 1, --warmup >= 0")
+    if args.repeats < 1 or args.warmup < 0 or args.steps < 1 or args.pause < 0:
+        raise SystemExit("error: --repeats and --steps must be >= 1, --warmup and --pause >= 0")
     args.backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     if not args.backends:
         raise SystemExit("error: --backend is empty")
@@ -466,7 +469,8 @@ def run(args: argparse.Namespace) -> dict:
                 "ref_python": None if args.no_reference else args.ref_python,
                 "ref_pythonpath": args.ref_pythonpath, "ref_device": args.ref_device,
                 "ref_dtypes": [] if args.no_reference else args.ref_dtypes, "threads": args.threads,
-                "steps": args.steps, "repeats": args.repeats, "warmup": args.warmup, "seed": args.seed,
+                "steps": args.steps, "repeats": args.repeats, "warmup": args.warmup, "pause": args.pause,
+                "seed": args.seed,
                 "flash_attn": args.flash_attn,
                 "cases": {k: {kk: vv for kk, vv in v.items() if kk != "ref_audio"} for k, v in cases.items()}}
     workers: list[Worker] = []
@@ -491,6 +495,7 @@ def run(args: argparse.Namespace) -> dict:
             for r in range(args.repeats):
                 order = workers if r % 2 == 0 else workers[::-1]
                 for w in order:
+                    time.sleep(args.pause)
                     res = w.run(case, f"{cname} repeat {r + 1}")
                     results[cname][w.name].append(res)
                     print(f"{cname}: repeat {r + 1}/{args.repeats} {w.name}: {res['wall_s']:.3f} s",

@@ -9,7 +9,7 @@
 #                                            # bfloat16 and float32; auto5, clone5, auto20; 5 repeats
 #     bash tools/device_bench.sh vulkan      # ours only on CPU, Vulkan and CUDA (f32): speed, and tokens
 #                                            # of Vulkan and CUDA against the CPU's (needs a Vulkan build and
-#                                            # the loader debs in .gl/, see the device README)
+#                                            # the .debs in .gl/ and .vk/, see tools/device/vulkan_env.sh)
 #
 # Writes $OUT/bench-MODE.json, $OUT/bench-MODE.md (the table for BENCHMARKS.md) and $OUT/bench-MODE.log.
 # Budget: about 8 minutes on one H200 with 16 cores (checkpoint ~1 min, 4 conversions ~2 min, loads and
@@ -40,9 +40,8 @@ if [[ ! -f "$W/site/.done" ]]; then
 fi
 export PYTHONPATH="$W/site"
 
-if [[ "$mode" == vulkan && -d .gl ]]; then
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
+if [[ "$mode" == vulkan ]]; then
+  source tools/device/vulkan_env.sh
 fi
 
 # 2. What this build and machine offer (fails early when the wanted backend is missing).

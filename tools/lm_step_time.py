@@ -1,17 +1,26 @@
 """Time one MaskGIT step of the LM (graph replay + read-back) per weight type, at the shapes of the benchmarks.
 
     python3 tools/lm_step_time.py --gguf-dir CKPT-gguf --quants f32,f16,bf16,q8_0 [--backend cpu] [--threads N]
+    python3 tools/lm_step_time.py --gguf-dir CKPT-gguf --quants bf16 --backend cuda --profile 5   # + kernel table
 
 auto5 is a 5 s auto-voice chunk (22 prompt tokens + 125 target frames, packed with its 125-frame unconditional
-row: 272 positions); clone5 adds a 2.3 s voice prompt (49 text tokens, 47 reference frames: 346 positions).
-Prints the median of --repeats steps after one warm-up step.
+row: 272 positions); clone5 adds a 2.3 s voice prompt (49 text tokens, 47 reference frames: 346 positions);
+auto20 is a 20 s chunk (1040 positions). Prints the median of --repeats steps after two warm-up steps (a
+backend that captures the graph, like CUDA's graphs, does so on the second run), split into the host's work
+before the run (the packed input ids), the graph run (input copy, compute, synchronisation) and the read-back.
+
+--profile N records N more steps with PyTorch's profiler (CUPTI sees every kernel of the process, ggml's
+too) and prints GPU time per step by kernel: what a step spends on the device against its wall time.
+--json FILE appends one line per (weights, shape) with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +40,51 @@ def prompt(n_text: int, n_ref: int, n_target: int, seed: int = 0):
     return Prompt(ids.astype(np.int32), mask, n_target)
 
 
+def timed_step(session, tokens) -> tuple[float, float, float]:
+    """(prepare, run, read) seconds of one step: ChunkSession.step's own parts, timed one by one."""
+    t0 = time.perf_counter()
+    ids = session._audio_ids([tokens])
+    t1 = time.perf_counter()
+    g = session.graph
+    g.compute(outputs=[], audio_ids=ids)
+    t2 = time.perf_counter()
+    session._results(g.read_outputs())
+    return t1 - t0, t2 - t1, time.perf_counter() - t2
+
+
+def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
+    """GPU kernel time per step, by kernel name, through torch.profiler; None where torch has no CUDA."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        print("  (no torch: kernel profile skipped)")
+        return None
+    if not torch.cuda.is_available():
+        print("  (torch sees no CUDA device: kernel profile skipped)")
+        return None
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(n_steps):
+            session.step([tokens])
+        wall = (time.perf_counter() - t0) / n_steps
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for ev in prof.events():
+        if ev.device_type.name == "CUDA" and ev.device_time > 0:
+            rec = by_name[ev.name]
+            rec[0] += ev.device_time / 1e3  # us -> ms
+            rec[1] += 1
+    total = sum(v[0] for v in by_name.values()) / n_steps
+    n_kernels = sum(v[1] for v in by_name.values()) / n_steps
+    print(f"  profile: wall {1000 * wall:.2f} ms/step, GPU busy {total:.2f} ms/step, "
+          f"{n_kernels:.0f} kernels/step")
+    rows = sorted(by_name.items(), key=lambda kv: -kv[1][0])
+    for name, (ms, n) in rows[:top]:
+        print(f"    {ms / n_steps:8.3f} ms {n / n_steps:6.0f}x  {name[:110]}")
+    return {"wall_ms": 1000 * wall, "gpu_ms": total, "kernels": n_kernels,
+            "top": [(name[:200], ms / n_steps, n / n_steps) for name, (ms, n) in rows[:top]]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gguf-dir", type=Path, required=True)
@@ -39,25 +93,44 @@ def main() -> int:
     p.add_argument("--backend", default="cpu")
     p.add_argument("--threads", type=int)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--flash", choices=("auto", "on", "off"), default="auto", help="flash attention")
+    p.add_argument("--stack", choices=("auto", "on", "off"), default="auto",
+                   help="q/k/v and gate/up as one matrix each (default: on GPUs)")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="kernel profile of N steps (CUDA)")
+    p.add_argument("--json", type=Path, help="append one JSON line per measurement")
+    p.add_argument("--label", default="", help="free text stored with each JSON line")
     args = p.parse_args()
     from omnivoice.ggml import Runtime
+    from omnivoice.models.lm import STACKED_QKV
     from omnivoice.runners.lm import LanguageModel
 
+    on_off = {"auto": None, "on": True, "off": False}
+    flash = on_off[args.flash]
     with Runtime(args.backend, args.threads) as rt:
         print(f"{rt}")
         for q in args.quants.split(","):
-            lm = LanguageModel(rt, args.gguf_dir / f"omnivoice-base-{q.upper()}.gguf")
+            lm = LanguageModel(rt, args.gguf_dir / f"omnivoice-base-{q.upper()}.gguf", flash_attn=flash,
+                               stack_projections=on_off[args.stack])
+            stacked = any(n.endswith(STACKED_QKV) for n in lm.weights.names())
             for shape in args.shapes.split(","):
                 pr = prompt(*SHAPES[shape])
                 tokens = pr.input_ids[:, -pr.n_target:]
                 with lm.session([pr], 2.0, greedy=True) as s:
-                    s.step([tokens])
-                    times = []
-                    for _ in range(args.repeats):
-                        t0 = time.perf_counter()
+                    for _ in range(2):
                         s.step([tokens])
-                        times.append(time.perf_counter() - t0)
-                print(f"{q:5s} {shape:7s} L={s.L:5d} {1000 * np.median(times):8.1f} ms/step", flush=True)
+                    parts = np.array([timed_step(s, tokens) for _ in range(args.repeats)])
+                    prep, run, read = 1000 * np.median(parts, axis=0)
+                    total = 1000 * np.median(parts.sum(axis=1))
+                    print(f"{q:5s} {shape:7s} L={s.L:5d} {total:8.2f} ms/step (prepare {prep:.2f}, run {run:.2f}, "
+                          f"read {read:.2f}; flash {'on' if lm.flash_attn else 'off'}, stacked {stacked}, "
+                          f"{s.graph.n_nodes} nodes)", flush=True)
+                    prof = kernel_profile(s, tokens, args.profile) if args.profile else None
+                if args.json:
+                    with args.json.open("a") as f:
+                        f.write(json.dumps({"label": args.label, "backend": args.backend, "weights": q,
+                                            "shape": shape, "L": s.L, "ms_per_step": total, "prepare_ms": prep,
+                                            "run_ms": run, "read_ms": read, "flash": lm.flash_attn, "stacked": stacked,
+                                            "profile": prof}) + "\n")
             lm.close()
     return 0
 

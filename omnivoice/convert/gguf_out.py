@@ -20,6 +20,10 @@ import numpy as np
 from .errors import ConversionError
 
 MAX_NAME_BYTES = 127  # GGML_MAX_NAME (128) minus the terminating NUL, as built for this project
+# Tensor data offsets are multiples of this. The CPU backend computes on the memory-mapped file in place, and
+# GGUF's default of 32 leaves half the tensors off the 64-byte lines that AVX-512 loads want: the full-size F32
+# LM step took 1150 ms from a 32-aligned file and 1055 ms from a 64-aligned one (2-core Zen 4).
+ALIGNMENT = 64
 
 QTYPES = {
     "F32": gguf.GGMLQuantizationType.F32,
@@ -84,6 +88,7 @@ def write_gguf(path: Path, arch: str, kv: list[tuple[str, Any, str]], tensors: l
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     writer = gguf.GGUFWriter(tmp, arch)
+    writer.add_custom_alignment(ALIGNMENT)
     try:
         for key, value, vtype in kv:
             if vtype.startswith("["):

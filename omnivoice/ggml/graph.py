@@ -188,7 +188,11 @@ class Graph:
         status = lib.ggml_backend_sched_graph_compute(self._sched, self._gf)
         if status != lib.GGML_STATUS_SUCCESS:
             raise RuntimeError(f"graph compute failed with ggml status {status}")
-        names = outputs if outputs is not None else list(self._outputs)
+        return self.read_outputs(outputs)
+
+    def read_outputs(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
+        """The named outputs (all by default) of the last run, as numpy arrays."""
+        names = names if names is not None else list(self._outputs)
         return {n: read_tensor(self._outputs[n]) for n in names}
 
     def tensor(self, name: str):

@@ -39,6 +39,16 @@ def open_gguf(path: str | Path, expect_arch: str | None = None):
     return reader
 
 
+class _Stacked:
+    """Raw tensor data of several GGUF matrices, joined (rows of the first, then of the next...) when uploaded."""
+
+    def __init__(self, parts: list[np.ndarray]) -> None:
+        self.parts = parts
+
+    def join(self) -> np.ndarray:
+        return np.concatenate([np.asarray(p).reshape(-1) for p in self.parts])
+
+
 class WeightStore:
     """Named weight tensors on the runtime's primary device.
 
@@ -78,15 +88,16 @@ class WeightStore:
                 if buf == ffi.NULL:
                     raise MemoryError(f"could not allocate the weights of {source} on {runtime.device.spec}")
                 self._buffers.append(buf)
-                for name, _, _, data in entries:
+                for name, _, _, entry_data in entries:
                     gt = self._tensors[name]
-                    data = np.ascontiguousarray(data)
+                    stacked = isinstance(entry_data, _Stacked)
+                    data = entry_data.join() if stacked else np.ascontiguousarray(entry_data)
                     if lib.ggml_nbytes(gt) != data.nbytes:
                         raise ValueError(f"{source}: tensor {name!r} holds {data.nbytes} bytes; its type and "
                                          f"shape need {lib.ggml_nbytes(gt)}")
                     lib.ggml_backend_tensor_set(gt, ffi.from_buffer(data), 0, data.nbytes)
                     if release is not None:
-                        release(data)
+                        release(entry_data)
             for buf in self._buffers:
                 lib.ggml_backend_buffer_set_usage(buf, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
         except BaseException:
@@ -108,41 +119,58 @@ class WeightStore:
     def from_gguf(cls, runtime: Runtime, path: str | Path, expect_arch: str | None = None,
                   keep: Callable[[str], bool] | None = None,
                   derived: dict[str, Callable[[Callable[[str], np.ndarray]], np.ndarray]] | None = None,
-                  mmap: bool | None = None) -> "WeightStore":
+                  mmap: bool | None = None, stack: dict[str, list[str]] | None = None) -> "WeightStore":
         """Load the tensors of a GGUF file (those `keep` accepts) plus `derived` ones.
 
         `derived` maps a new tensor name to a function that receives a getter (name -> float32 numpy array of a
         GGUF tensor) and returns the float32 array to upload, e.g. Snake's 1 / (alpha + 1e-9).
         `mmap` (default: on for the CPU backend) uses the file's pages in place instead of copying them.
+        `stack` maps a new name to GGUF matrices of one type and row length, stacked along ne1 (their rows one
+        after another, so one matrix product does the work of several); the parts themselves are not loaded.
+        It needs the copying path (`mmap` False).
         """
         path = Path(path)
         reader = open_gguf(path, expect_arch)
         by_name = {t.name: t for t in reader.tensors}
 
-        def source(name: str) -> np.ndarray:
+        def info(name: str):
             try:
-                t = by_name[name]
+                return by_name[name]
             except KeyError:
                 raise KeyError(f"{path}: tensor {name!r} is missing") from None
+
+        def source(name: str) -> np.ndarray:
+            t = info(name)
             if int(t.tensor_type) not in (types.F32, types.F16):
                 raise TypeError(f"{path}: tensor {name!r} must be F32 or F16 to derive from")
             dtype = np.float32 if int(t.tensor_type) == types.F32 else np.float16
             return t.data.view(dtype).reshape(tuple(reversed(t.shape))).astype(np.float32)
 
+        stacked = {part for parts in (stack or {}).values() for part in parts}
         chosen = [(t.name, t.tensor_type, [int(x) for x in t.shape], t.data)
-                  for t in reader.tensors if keep is None or keep(t.name)]
+                  for t in reader.tensors if (keep is None or keep(t.name)) and t.name not in stacked]
+        for name, parts in (stack or {}).items():
+            infos = [info(part) for part in parts]
+            kinds = {(int(t.tensor_type), int(t.shape[0])) + tuple(int(x) for x in t.shape[2:]) for t in infos}
+            if len(kinds) != 1:
+                raise ValueError(f"{path}: cannot stack {', '.join(parts)}: their types or row lengths differ")
+            ne = [int(infos[0].shape[0]), sum(int(t.shape[1]) for t in infos)] + [int(x) for x in infos[0].shape[2:]]
+            chosen.append((name, infos[0].tensor_type, ne, _Stacked([t.data for t in infos])))
         extra = []
         for name, fn in (derived or {}).items():
             arr = np.ascontiguousarray(fn(source), dtype=np.float32)
             extra.append((name, types.F32, list(reversed(arr.shape)), arr))
         if mmap is None:
-            mmap = not runtime.is_gpu
+            mmap = not runtime.is_gpu and not stack
         if mmap:
+            if stack:
+                raise ValueError("stacked weights need a copy of the file's tensors (mmap=False)")
             return cls(runtime, extra, reader.metadata, str(path), mapped=chosen, region=reader.data)
 
         def release(data: np.ndarray) -> None:
-            reader.release(data.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0]
-                           + (len(reader.mmap) - reader.data.nbytes), data.nbytes)
+            for part in data.parts if isinstance(data, _Stacked) else [data]:
+                reader.release(part.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0]
+                               + (len(reader.mmap) - reader.data.nbytes), part.nbytes)
 
         return cls(runtime, chosen + extra, reader.metadata, str(path), release=release)
 

@@ -68,12 +68,6 @@ def decode(ctx, w, codes, n_q: int):
     return out
 
 
-def _row_max(ctx, x):
-    """Max over ne0 of x [N, T] -> [1, T] (a max pool spanning the row; every backend has POOL_2D)."""
-    N, T = x.ne[0], x.ne[1]
-    return lib.ggml_reshape_2d(ctx, lib.ggml_pool_2d(ctx, x, lib.GGML_OP_POOL_MAX, N, 1, N, 1, 0, 0), 1, T)
-
-
 def nearest(ctx, x, embed, sqnorm, rank):
     """Index of the nearest codebook entry for each column of x [D, T] -> int32 [T], as the reference picks it.
 
@@ -87,7 +81,7 @@ def nearest(ctx, x, embed, sqnorm, rank):
     # -(|x|^2 - 2x.e + |e|^2) == (2x.e - |x|^2) - |e|^2 exactly: fl(a - b) = -fl(b - a).
     dist = lib.ggml_sub(ctx, lib.ggml_sub(ctx, xe2, x2), sqnorm)                     # [N, T]
     # dist - max is exactly 0 at the maxima and negative elsewhere (distinct floats never subtract to 0).
-    gap = lib.ggml_sub(ctx, dist, _row_max(ctx, dist))                              # [N, T] <= 0
+    gap = lib.ggml_sub(ctx, dist, nn.row_max(ctx, dist))                              # [N, T] <= 0
     is_max = lib.ggml_scale_bias(ctx, lib.ggml_step(ctx, lib.ggml_neg(ctx, gap)), -1.0, 1.0)  # 1 at maxima
     return lib.ggml_argmax(ctx, lib.ggml_mul(ctx, is_max, rank))                     # [T] i32
 

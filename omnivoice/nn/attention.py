@@ -14,23 +14,25 @@ def rope_neox(ctx, x, pos, theta: float):
 def attention(ctx, q, k, v, mask, scale: float, flash: bool, kv_type: int | None = None):
     """softmax(scale * q k^T + mask) v for every head; q [D, Hq, T], k and v [D, Hkv, S] -> [D * Hq, T].
 
-    `mask` is [S, T] and additive (0 to attend, -inf to block); F16 for the flash path, F32 or F16 otherwise.
-    Grouped-query attention: query head h reads key/value head h // (Hq / Hkv), as ggml broadcasts.
+    `mask` is [S, T] and additive (0 to attend, -inf to block), or None; F16 for the flash path, F32 or F16
+    otherwise. Grouped-query attention: query head h reads key/value head h // (Hq / Hkv), as ggml broadcasts.
     The flash path stores K and V as `kv_type` (default F16, what GPU kernels take); the CPU kernel also takes
     F32 and then accumulates in F32 (with F16 it accumulates V in F16: 1e-3 error).
     """
     D, Hq, T = q.ne[0], q.ne[1], q.ne[2]
-    q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [D, T, Hq]
-    k = lib.ggml_permute(ctx, k, 0, 2, 1, 3)  # [D, S, Hkv]
+    mask = ffi.NULL if mask is None else mask
     if flash:
-        v = lib.ggml_permute(ctx, v, 0, 2, 1, 3)  # [D, S, Hkv]
         kv_type = types.F16 if kv_type is None else kv_type
         if k.type != kv_type:
+            # Cast before the permute: a contiguous cast is one vectorised pass, a strided one a scalar copy.
             k = lib.ggml_cast(ctx, k, kv_type)
             v = lib.ggml_cast(ctx, v, kv_type)
+        q, k, v = (lib.ggml_permute(ctx, t, 0, 2, 1, 3) for t in (q, k, v))  # [D, T, Hq], [D, S, Hkv] x2
         out = lib.ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0, 0.0)  # [D, Hq, T]
         lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)
         return lib.ggml_reshape_2d(ctx, out, D * Hq, T)
+    q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [D, T, Hq]
+    k = lib.ggml_permute(ctx, k, 0, 2, 1, 3)  # [D, S, Hkv]
     kq = lib.ggml_mul_mat(ctx, k, q)  # [S, T, Hq]
     lib.ggml_mul_mat_set_prec(kq, lib.GGML_PREC_F32)
     kq = lib.ggml_soft_max_ext(ctx, kq, mask, scale, 0.0)

@@ -2,8 +2,8 @@
 
 A chunk is one or more prompts decoded together. Each prompt contributes its conditional row (the full prompt)
 and its unconditional row (only the target's mask tokens, positions from 0), packed side by side into one
-sequence with a block-diagonal attention mask: the same function as the reference's padded batch without the
-padded work. Between steps only the target tokens change; the graph, its allocation and every other input stay.
+sequence, attention running within each row's segment: the same function as the reference's padded batch
+without the padded work. Between steps only the target tokens change; the graph, its allocation and every other input stay.
 The guidance combination, log-softmax, argmax and max run in the graph, so a greedy step reads back 8 bytes per
 target token instead of the logits.
 """
@@ -40,14 +40,20 @@ class Prompt:
 class LanguageModel:
     """OmniVoice's LM loaded from an `omnivoice-lm` GGUF onto a runtime."""
 
-    def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None, clamp_fp16: bool = False) -> None:
+    def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None, clamp_fp16: bool = False,
+                 stack_projections: bool | None = None) -> None:
+        """`stack_projections` (default: on GPUs) loads q/k/v and gate/up as one matrix each; the CPU
+        otherwise computes on the file's memory map in place, which stacking would have to copy."""
         self.runtime = runtime
         self.cfg = LMConfig.from_metadata(read_metadata(open_gguf(path, expect_arch=ARCH)))
         # -inf on the mask id: the greedy pick in the graph never emits it.
         class_bias = np.zeros(self.cfg.audio_vocab, np.float32)
         class_bias[self.cfg.audio_mask_id] = -np.inf
-        self.weights = WeightStore.from_gguf(runtime, path, expect_arch=ARCH,
-                                             derived={"omnivoice.class_bias": lambda _: class_bias})
+        if stack_projections is None:
+            stack_projections = runtime.is_gpu
+        self.weights = WeightStore.from_gguf(
+            runtime, path, expect_arch=ARCH, derived={"omnivoice.class_bias": lambda _: class_bias},
+            stack=lm_graph.stacked_weights(self.cfg) if stack_projections else None)
         # Flash attention keeps K/V in F16 on GPUs (their kernels take that and accumulate in F32); the CPU
         # kernel takes F32 K/V and then accumulates in F32 too (with F16 K/V it accumulates V in F16, 1e-2 off
         # in the logits), 2.6x faster than the plain path at 346 positions and float32-exact.
@@ -98,7 +104,6 @@ class ChunkSession:
         text_ids = np.zeros(L, np.int32)
         audio_mask = np.zeros(L, np.float32)
         pos = np.zeros(L, np.int32)
-        seg_id = np.repeat(np.arange(len(segments)), segments)
         self._ids = np.zeros((C, L), np.int64)  # unshifted ids of every position
         for (c0, u0), p in zip(starts, self.prompts):
             Lc, T = p.input_ids.shape[1], p.n_target
@@ -112,22 +117,19 @@ class ChunkSession:
         text_ids[:] = self._ids[0]
         self._offsets = (np.arange(C, dtype=np.int64) * cfg.audio_vocab)[:, None]
         self._audio_mask = audio_mask
-        kq_mask = np.where(seg_id[:, None] == seg_id[None, :], 0.0, -np.inf).astype(np.float32)  # [L(q), L(k)]
 
-        flash = model.flash_attn
-        flash_kv = model.flash_kv if flash else None
+        flash_kv = model.flash_kv if model.flash_attn else None
         self.graph = g = Graph(model.runtime)
         w = model.weights
         # What stays fixed for the whole chunk lives on the device from the start, like a weight: a graph
-        # input would be copied from the host again at every step (the mask alone is L*L values).
+        # input would be copied from the host again at every step.
         self.constants = WeightStore.from_arrays(model.runtime, {
-            "text_ids": text_ids, "audio_mask": audio_mask, "pos": pos,
-            "kq_mask": kq_mask.astype(np.float16) if flash else kq_mask})
+            "text_ids": text_ids, "audio_mask": audio_mask, "pos": pos})
         c = self.constants
-        t_text, t_mask, t_pos, t_kq = c["text_ids"], c["audio_mask"], c["pos"], c["kq_mask"]
         t_audio = g.input("audio_ids", np.int32, (C * L,))
-        h = lm_graph.hidden_states(g.ctx, w, cfg, t_text, t_audio, t_mask, t_pos, t_kq, flash_kv,
-                                   model.clamp_fp16)                                              # [n_embd, L]
+        spans = list(zip(np.cumsum([0] + segments[:-1]).tolist(), segments))
+        h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["pos"], spans,
+                                   flash_kv, model.clamp_fp16)                                    # [n_embd, L]
 
         outs_pred, outs_score, outs_lp = [], [], []
         for i, ((c0, u0), p) in enumerate(zip(starts, self.prompts)):
@@ -168,7 +170,9 @@ class ChunkSession:
         [C, T] (their max); otherwise `log_probs` float32 [C, T, V] (guided, mask column not yet excluded);
         with_logits: also `cond_logits` and `uncond_logits` float32 [C, T, V] (raw).
         """
-        out = self.graph.compute(audio_ids=self._audio_ids(tokens))
+        return self._results(self.graph.compute(audio_ids=self._audio_ids(tokens)))
+
+    def _results(self, out: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
         C = self.cfg.n_codebook
         results = []
         for i, p in enumerate(self.prompts):

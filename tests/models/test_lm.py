@@ -1,7 +1,8 @@
 """The LM graph against an independent float64 numpy forward on the tiny random checkpoint.
 
-Covers the packed cond/uncond layout (block mask, positions restarting at 0), the hybrid text/audio input
-embedding, the in-graph guidance + log-softmax + greedy pick, and several prompts in one chunk.
+Covers the packed cond/uncond layout (attention per segment, positions restarting at 0), the hybrid text/audio
+input embedding, the in-graph guidance + log-softmax + greedy pick, several prompts in one chunk, and the
+stacked q/k/v and gate/up matrices that GPU runtimes load.
 """
 
 from __future__ import annotations
@@ -73,6 +74,24 @@ def test_step0_logits_match_numpy(lm, ref_weights, rng, runtime, flash):
     if exact:
         np.testing.assert_array_equal(out["pred"], lp.argmax(-1))
     np.testing.assert_allclose(out["score"], lp.max(-1), atol=1e-4 if exact else 2e-2)
+
+
+def test_stacked_projections_compute_the_same(runtime, tiny_gguf, rng):
+    p = random_prompt(rng, 13, 9, 21)
+    outs = []
+    for stack in (False, True):
+        model = LanguageModel(runtime, tiny_gguf["f32"], stack_projections=stack)
+        try:
+            assert ("llm.layers.0." + "self_attn.qkv_proj.weight" in model.weights) == stack
+            with model.session([p], guidance_scale=2.0, greedy=True, with_logits=True) as s:
+                outs.append(s.step([p.input_ids[:, -p.n_target:]])[0])
+        finally:
+            model.close()
+    separate, stacked = outs
+    scale = np.abs(separate["cond_logits"]).max()
+    for name in ("cond_logits", "uncond_logits"):
+        assert np.abs(stacked[name] - separate[name]).max() / scale < 1e-6
+    np.testing.assert_array_equal(stacked["pred"], separate["pred"])
 
 
 def test_sampled_path_returns_guided_log_probs(lm, ref_weights, rng):

@@ -174,6 +174,28 @@ def test_attention_block_mask_gqa(run, runtime, rng, flash, kv):
     assert rel_err(y, want) < (3e-3 if kv == "f16" else 1e-5)
 
 
+@pytest.mark.parametrize("flash", [False, True])
+def test_attention_without_mask(run, runtime, rng, flash):
+    if flash and not runtime.supports_flash_attn(128):
+        pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")  # plain path tested regardless
+    T, Hq, Hkv, D = 11, 4, 2, 128
+    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
+    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    y = run(lambda ctx, ws, q, k, v: nn.attention(ctx, q, k, v, None, 0.1, flash), {"q": q, "k": k, "v": v})
+    want = attention_ref(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), np.zeros((T, T)), 0.1)
+    assert rel_err(y, want) < (3e-3 if flash else 1e-5)
+
+
+@pytest.mark.parametrize("V", [1025, 1024, 997, 7])
+def test_row_max(run, rng, V):
+    x = rng.standard_normal((13, V)).astype(np.float32)
+    x[3, V // 2] = 50.0  # a maximum in the middle of a row, and one at each end
+    x[5, 0], x[7, -1] = 60.0, 70.0
+    y = run(lambda ctx, ws, x: nn.row_max(ctx, x), {"x": x})
+    np.testing.assert_array_equal(y.reshape(13), x.max(axis=1))
+
+
 # --------------------------------------------------------------------------------------------- convolution
 def conv1d_ref(x, w, b, stride, padding, dilation, groups):
     """x (IC, T), w (OC, IC/g, K) -> (OC, T_out), PyTorch semantics."""

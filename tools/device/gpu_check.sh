@@ -16,17 +16,9 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
 export PYTHONPATH=/tmp/site
 
 stamp "vulkan toolchain"
-for f in .gl/*.deb; do dpkg -x "$f" /; done
-mkdir -p /opt/vk && for f in .vk/*.deb; do dpkg -x "$f" /opt/vk; done
-VK=/opt/vk/usr; VKLIB=$VK/lib/x86_64-linux-gnu
-export LD_LIBRARY_PATH=$VKLIB:${LD_LIBRARY_PATH:-}
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-ldconfig
+source tools/device/vulkan_env.sh
 $VK/bin/glslc --version | head -1
 
-VKARGS="-DGGML_VULKAN=ON -DCMAKE_PREFIX_PATH=$VK -DVulkan_INCLUDE_DIR=$VK/include -DVulkan_LIBRARY=$VKLIB/libvulkan.so.1 \
- -DVulkan_GLSLC_EXECUTABLE=$VK/bin/glslc -DCMAKE_CXX_FLAGS=-I$VK/include"
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 if [ -n "${CUDA_LIB_ARCHIVE:-}" ] && [ ! -f omnivoice/ggml/_lib/libggml-cuda.so ]; then
   # A CUDA build of this same pin made by an earlier call (split .tar.xz of omnivoice/ggml/_lib + _cdef.h):
