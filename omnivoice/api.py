@@ -45,6 +45,15 @@ def _checkpoint_id(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def default_quant(backend_name: str) -> str:
+    """The LM weight type a checkpoint is converted to when none is named, by backend (measured on an H200 and
+    a 2-core Zen 4, BENCHMARKS.md): BF16 on CUDA (cuBLAS accumulates it in F32; LM step 4.0 ms against 4.7 for
+    F32 with TF32 and 5.0 for F16, whose products cuBLAS accumulates in F16), F16 on other GPUs (Vulkan's BF16
+    products are 4x slower than its F16 ones), F32 on the CPU (the reference's own precision: same tokens)."""
+    name = backend_name.lower()
+    return "bf16" if name == "cuda" else "f32" if name == "cpu" else "f16"
+
+
 def resolve_model(model: Optional[str], codec: Optional[str] = None, quant: str = "f32") -> tuple[Path, Path]:
     """Turn the user's model argument into (LM GGUF, codec GGUF) paths.
 
@@ -101,17 +110,23 @@ class OmniVoice:
     """OmniVoice text-to-speech on ggml: load once, synthesize many times. Frees its memory on close()."""
 
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
-                 n_threads: Optional[int] = None, quant: str = "f32", flash_attn: Optional[bool] = None,
+                 n_threads: Optional[int] = None, quant: str = "auto", flash_attn: Optional[bool] = None,
                  clamp_fp16: bool = False) -> None:
-        """Load the LM, the codec and the tokenizer onto `backend` (auto, cpu, cuda, vulkan, metal[:N])."""
+        """Load the LM, the codec and the tokenizer onto `backend` (auto, cpu, cuda, vulkan, metal[:N]).
+
+        `quant` is the LM weight type a checkpoint directory or repo id is converted to (f32, f16, bf16, q8_0;
+        `auto`: by backend, see default_quant); a GGUF file is used as it is.
+        """
         from .codec import load_codec
         from .ggml import Runtime
         from .runners.lm import LanguageModel
         from .text import Tokenizer
 
-        lm_path, codec_path = resolve_model(model, codec, quant)
         self.runtime = Runtime(backend, n_threads)
         try:
+            if quant == "auto":
+                quant = default_quant(self.runtime.device.backend)
+            lm_path, codec_path = resolve_model(model, codec, quant)
             self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16)
             self.codec = load_codec(codec_path, runtime=self.runtime)
             _check_pair(self.lm.metadata, self.codec.weights.metadata, lm_path, codec_path)

@@ -115,6 +115,16 @@ def test_checkpoint_directory_is_converted_once(tiny_checkpoint, tmp_path, monke
     assert resolve_model(str(tiny_checkpoint))[0].stat().st_mtime_ns == mtime
 
 
+def test_checkpoint_is_converted_to_the_backends_weight_type(tiny_checkpoint, tmp_path, monkeypatch, runtime):
+    from omnivoice.api import default_quant
+
+    monkeypatch.setenv("OMNIVOICE_CACHE", str(tmp_path))
+    with omnivoice.OmniVoice(str(tiny_checkpoint), backend=runtime.device.spec) as ov:
+        quant = default_quant(runtime.device.backend)
+        assert ov.model_path.name == f"omnivoice-base-{quant.upper()}.gguf"
+    assert (default_quant("CPU"), default_quant("CUDA"), default_quant("Vulkan")) == ("f32", "bf16", "f16")
+
+
 def test_repo_id_that_cannot_be_had_is_a_clear_error(monkeypatch, tmp_path):
     from omnivoice.api import ModelNotAvailable
 
