@@ -18,8 +18,9 @@ What it does: converts the checkpoint once per quantization (``python -m omnivoi
 process per column (tools/bench_worker.py: ours per quantization with this interpreter, the reference per
 dtype with its own interpreter, since both packages are named ``omnivoice``), loads each model once, and per
 case runs ``--warmup`` untimed syntheses on every worker, then ``--repeats`` timed ones, alternating the
-workers (the order flips every repeat, and --pause idle seconds precede each timed run). Deterministic mode on both sides: position_temperature 0,
-class_temperature 0, ``--steps`` MaskGIT steps, a fixed duration (``duration=`` passed to both).
+workers (the order flips every repeat, and ``--pause`` idle seconds precede each timed run). Deterministic
+mode on both sides: position_temperature 0, class_temperature 0, ``--steps`` MaskGIT steps, a fixed duration
+(``duration=`` passed to both).
 
 Reported per case and worker (medians over the repeats): end-to-end wall time of one synthesize/generate
 call (cloning includes reading and encoding the reference clip), RTF = wall / seconds of generated audio

@@ -89,7 +89,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gguf-dir", type=Path, required=True)
     p.add_argument("--quants", default="f32,bf16,q8_0")
-    p.add_argument("--shapes", default="auto5,clone5")
+    p.add_argument("--shapes", default="auto5,clone5",
+                   help=f"comma list of {', '.join(SHAPES)} or TEXT:REF:TARGET token counts, e.g. 28:59:125")
     p.add_argument("--backend", default="cpu")
     p.add_argument("--threads", type=int)
     p.add_argument("--repeats", type=int, default=3)
@@ -113,7 +114,7 @@ def main() -> int:
                                stack_projections=on_off[args.stack])
             stacked = any(n.endswith(STACKED_QKV) for n in lm.weights.names())
             for shape in args.shapes.split(","):
-                pr = prompt(*SHAPES[shape])
+                pr = prompt(*(SHAPES[shape] if shape in SHAPES else map(int, shape.split(":"))))
                 tokens = pr.input_ids[:, -pr.n_target:]
                 with lm.session([pr], 2.0, greedy=True) as s:
                     for _ in range(2):

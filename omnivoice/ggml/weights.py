@@ -146,9 +146,9 @@ class WeightStore:
             dtype = np.float32 if int(t.tensor_type) == types.F32 else np.float16
             return t.data.view(dtype).reshape(tuple(reversed(t.shape))).astype(np.float32)
 
-        stacked = {part for parts in (stack or {}).values() for part in parts}
+        stacked_parts = {part for parts in (stack or {}).values() for part in parts}
         chosen = [(t.name, t.tensor_type, [int(x) for x in t.shape], t.data)
-                  for t in reader.tensors if (keep is None or keep(t.name)) and t.name not in stacked]
+                  for t in reader.tensors if (keep is None or keep(t.name)) and t.name not in stacked_parts]
         for name, parts in (stack or {}).items():
             infos = [info(part) for part in parts]
             kinds = {(int(t.tensor_type), int(t.shape[0])) + tuple(int(x) for x in t.shape[2:]) for t in infos}

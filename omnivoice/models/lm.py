@@ -4,6 +4,7 @@ Input (one packed sequence of L positions, several prompts side by side, e.g. co
     text_ids  int32 [L]        row 0 of the input ids (text tokens; ignored where the audio mask is set)
     audio_ids int32 [8 * L]    codebook k's ids shifted by k * audio_vocab, codebook-major (k * L + l)
     audio_mask f32  [L]        1 where the position holds audio codes
+    text_mask f32   [L]        1 - audio_mask
     pos       int32 [L]        position ids, restarting at 0 for every packed prompt
     segments  (start, length) of each packed prompt: attention runs within each, unmasked
 
@@ -57,7 +58,7 @@ class LMConfig:
                    audio_mask_id=int(get(K.AUDIO_MASK_ID)))
 
 
-def embed(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask):
+def embed(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask):
     """Hybrid input embedding -> [n_embd, L]."""
     L = text_ids.ne[0]
     text = nn.embedding(ctx, w["llm.embed_tokens.weight"], text_ids)             # [C, L]
@@ -68,7 +69,7 @@ def embed(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask):
         audio = lib.ggml_add(ctx, audio, lib.ggml_view_2d(ctx, codes, cfg.n_embd, L, codes.nb[1], k * row))
     # where(mask, audio, text) as text*(1-m) + audio*m: exact for m in {0, 1}, unlike text + m*(audio - text).
     m = lib.ggml_reshape_2d(ctx, audio_mask, 1, L)                               # [1, L]
-    keep_text = lib.ggml_scale_bias(ctx, m, -1.0, 1.0)
+    keep_text = lib.ggml_reshape_2d(ctx, text_mask, 1, L)
     return lib.ggml_add(ctx, lib.ggml_mul(ctx, text, keep_text), lib.ggml_mul(ctx, audio, m))
 
 
@@ -159,14 +160,14 @@ def layer(ctx, w, cfg: LMConfig, i: int, x, pos, segments, flash_kv: int | None)
 FP16_MAX = 65504.0
 
 
-def hidden_states(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, pos, segments, flash_kv: int | None,
-                  clamp_fp16: bool = False):
+def hidden_states(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask, pos, segments,
+                  flash_kv: int | None, clamp_fp16: bool = False):
     """The backbone: embeddings, every layer, final norm -> [n_embd, L].
 
     `clamp_fp16` bounds the residual stream to the F16 range after every layer (a debug aid for backends that
     keep activations in F16; a no-op on healthy F32 activations).
     """
-    x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask)
+    x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask, text_mask)
     for i in range(cfg.n_layer):
         x = layer(ctx, w, cfg, i, x, pos, segments, flash_kv)
         if clamp_fp16:

@@ -3,9 +3,9 @@
 A chunk is one or more prompts decoded together. Each prompt contributes its conditional row (the full prompt)
 and its unconditional row (only the target's mask tokens, positions from 0), packed side by side into one
 sequence, attention running within each row's segment: the same function as the reference's padded batch
-without the padded work. Between steps only the target tokens change; the graph, its allocation and every other input stay.
-The guidance combination, log-softmax, argmax and max run in the graph, so a greedy step reads back 8 bytes per
-target token instead of the logits.
+without the padded work. Between steps only the target tokens change; the graph, its allocation and every other
+input stay. The guidance combination, log-softmax, argmax and max run in the graph, so a greedy step reads back
+8 bytes per target token instead of the logits.
 """
 
 from __future__ import annotations
@@ -124,12 +124,17 @@ class ChunkSession:
         # What stays fixed for the whole chunk lives on the device from the start, like a weight: a graph
         # input would be copied from the host again at every step.
         self.constants = WeightStore.from_arrays(model.runtime, {
-            "text_ids": text_ids, "audio_mask": audio_mask, "pos": pos})
+            "text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask, "pos": pos})
         c = self.constants
-        t_audio = g.input("audio_ids", np.int32, (C * L,))
+        # The graph allocator packs tensors at 32-byte offsets. One tensor whose size is not a multiple of 64
+        # bytes, like C * L int32 ids for an odd L, puts every activation after it off the 64-byte lines that
+        # AVX-512 loads want (the F32 LM step at L = 337 took 1989 ms, at 336 and 338 1155 ms): the ids are
+        # padded to 16 entries, and no other small tensor comes before the activations (the masks are constants).
+        self._n_ids = -(-C * L // 16) * 16
+        t_audio = lib.ggml_view_1d(g.ctx, g.input("audio_ids", np.int32, (self._n_ids,)), C * L, 0)
         spans = list(zip(np.cumsum([0] + segments[:-1]).tolist(), segments))
-        h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["pos"], spans,
-                                   flash_kv, model.clamp_fp16)                                    # [n_embd, L]
+        h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["text_mask"],
+                                   c["pos"], spans, flash_kv, model.clamp_fp16)                   # [n_embd, L]
 
         outs_pred, outs_score, outs_lp = [], [], []
         for i, ((c0, u0), p) in enumerate(zip(starts, self.prompts)):
@@ -161,7 +166,9 @@ class ChunkSession:
             ids[:, u0:u0 + T] = tok
         # The reference embeds ids * audio_mask + offset: non-audio positions read each codebook's row 0.
         shifted = ids * (self._audio_mask > 0) + self._offsets
-        return shifted.astype(np.int32).reshape(-1)
+        out = np.zeros(self._n_ids, np.int32)
+        out[:shifted.size] = shifted.reshape(-1)
+        return out
 
     def step(self, tokens: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
         """Run the LM with each prompt's current target tokens int32 [C, T]; per prompt, a dict of:

@@ -94,6 +94,21 @@ def test_stacked_projections_compute_the_same(runtime, tiny_gguf, rng):
     np.testing.assert_array_equal(stacked["pred"], separate["pred"])
 
 
+@pytest.mark.parametrize("n_ref", [0, 1])  # an even and an odd packed length
+def test_matrix_product_inputs_are_64_byte_aligned(lm, rng, n_ref):
+    from omnivoice.ggml import ffi, lib
+
+    p = random_prompt(rng, 12, n_ref, 20)
+    with lm.session([p], guidance_scale=2.0, greedy=True) as s:
+        assert s.L % 2 == n_ref
+        g = s.graph._gf
+        nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
+        inputs = [n.src[1] for n in nodes if n.op == lib.GGML_OP_MUL_MAT]
+        assert len(inputs) >= lm.cfg.n_layer * 4
+        misaligned = [ffi.string(t.name).decode() for t in inputs if int(ffi.cast("uintptr_t", t.data)) % 64]
+        assert not misaligned
+
+
 def test_sampled_path_returns_guided_log_probs(lm, ref_weights, rng):
     p = random_prompt(rng, 11, 0, 20)
     with lm.session([p], guidance_scale=3.0, greedy=False, with_logits=True) as s:

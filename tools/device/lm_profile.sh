@@ -44,7 +44,8 @@ else
   grep -E "GGML_CUDA_GRAPHS|CUDA_FA" build/cmake/CMakeCache.txt | head
   stamp "archive the build into \$OUT/cudalib"
   mkdir -p "$OUT/cudalib"
-  tar -C omnivoice/ggml -cf - _lib _cdef.h _consts.json | xz -T0 -6 | split -b 15M - "$OUT/cudalib/ggml_cuda_lib.tar.xz."
+  tar -C omnivoice/ggml -cf - _lib _cdef.h _consts.json | xz -T0 -6 |
+    split -b 15M - "$OUT/cudalib/ggml_cuda_lib.tar.xz."
 fi
 
 vk_pid=
