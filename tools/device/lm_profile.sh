@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: a CUDA build of ggml (or the one carried in), the full random checkpoint converted, then LM
 # step times on CUDA with variants (stacked projections off, CUDA graphs off, flash attention off, ggml's
-# concurrent-stream graph optimisation off, ggml's op fusion off; VARIANTS=0 skips them), a kernel profile,
+# concurrent-stream graph optimisation on, ggml's op fusion off; VARIANTS=0 skips them), a kernel profile,
 # and the CUDA tests.
 # With VULKAN=1 it also builds ggml's Vulkan module (needs .gl and .vk carried, see vulkan_env.sh) and times
 # the LM steps on Vulkan. Run from the repository root on the device machine:
@@ -75,7 +75,7 @@ if [ "${VARIANTS:-1}" = 1 ]; then
   STEP_ARGS=(--quants bf16 --stack off); step cuda "projections not stacked"
   STEP_ARGS=(--quants bf16); step cuda "no CUDA graphs" GGML_CUDA_DISABLE_GRAPHS=1
   STEP_ARGS=(--quants bf16 --flash off); step cuda "flash attention off"
-  STEP_ARGS=(--quants bf16); step cuda "no concurrent streams" GGML_CUDA_GRAPH_OPT=0
+  STEP_ARGS=(--quants bf16); step cuda "concurrent streams" GGML_CUDA_GRAPH_OPT=1
   STEP_ARGS=(--quants bf16 --profile 2); step cuda "op fusion off" GGML_CUDA_DISABLE_FUSION=1
 fi
 
@@ -83,8 +83,8 @@ tests=${TESTS-tests/nn tests/models tests/parity}
 if [ -n "$tests" ]; then
   stamp "tests on cuda"
   OMNIVOICE_TEST_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider $tests 2>&1 | tail -8
-  stamp "tests on cuda, no concurrent streams"
-  GGML_CUDA_GRAPH_OPT=0 OMNIVOICE_TEST_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider $tests 2>&1 |
+  stamp "tests on cuda, concurrent streams"
+  GGML_CUDA_GRAPH_OPT=1 OMNIVOICE_TEST_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider $tests 2>&1 |
     tail -8
 fi
 
