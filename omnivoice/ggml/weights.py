@@ -151,10 +151,11 @@ class WeightStore:
                   for t in reader.tensors if (keep is None or keep(t.name)) and t.name not in stacked_parts]
         for name, parts in (stack or {}).items():
             infos = [info(part) for part in parts]
-            kinds = {(int(t.tensor_type), int(t.shape[0])) + tuple(int(x) for x in t.shape[2:]) for t in infos}
-            if len(kinds) != 1:
+            if any(len(t.shape) != 2 for t in infos):
+                raise ValueError(f"{path}: cannot stack {', '.join(parts)}: only matrices stack")
+            if len({(int(t.tensor_type), int(t.shape[0])) for t in infos}) != 1:
                 raise ValueError(f"{path}: cannot stack {', '.join(parts)}: their types or row lengths differ")
-            ne = [int(infos[0].shape[0]), sum(int(t.shape[1]) for t in infos)] + [int(x) for x in infos[0].shape[2:]]
+            ne = [int(infos[0].shape[0]), sum(int(t.shape[1]) for t in infos)]
             chosen.append((name, infos[0].tensor_type, ne, _Stacked([t.data for t in infos])))
         extra = []
         for name, fn in (derived or {}).items():

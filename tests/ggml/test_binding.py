@@ -59,6 +59,28 @@ def test_weights_from_gguf_in_place_or_copied(tiny_gguf, mmap):
             assert w.metadata["general.architecture"] == "omnivoice-lm"
 
 
+def test_stacked_weights_hold_the_rows_of_their_parts(tiny_gguf):
+    from omnivoice.gguf_file import read_gguf
+
+    f = read_gguf(str(tiny_gguf["f32"]))
+    parts = [f"llm.layers.0.self_attn.{n}_proj.weight" for n in "qkv"]
+    with Runtime("cpu") as rt:
+        with WeightStore.from_gguf(rt, tiny_gguf["f32"], stack={"qkv": parts}, mmap=False) as w:
+            want = np.concatenate([f.tensor(n).data.view(np.float32).reshape(tuple(reversed(f.tensor(n).shape)))
+                                   for n in parts])
+            np.testing.assert_array_equal(read_tensor(w["qkv"]), want)
+            assert not any(n in w for n in parts)
+        with pytest.raises(ValueError, match="row lengths differ"):
+            WeightStore.from_gguf(rt, tiny_gguf["f32"], mmap=False,
+                                  stack={"bad": ["llm.layers.0.mlp.down_proj.weight", parts[0]]})
+        with pytest.raises(ValueError, match="only matrices"):
+            WeightStore.from_gguf(rt, tiny_gguf["f32"], mmap=False, stack={"bad": ["llm.norm.weight", parts[0]]})
+        with pytest.raises(KeyError, match="no_such"):
+            WeightStore.from_gguf(rt, tiny_gguf["f32"], mmap=False, stack={"bad": ["no_such.weight"]})
+        with pytest.raises(ValueError, match="mmap=False"):
+            WeightStore.from_gguf(rt, tiny_gguf["f32"], mmap=True, stack={"qkv": parts})
+
+
 def test_gguf_errors(tiny_gguf, tmp_path):
     with Runtime("cpu") as rt:
         with pytest.raises(FileNotFoundError, match="missing.gguf"):

@@ -76,11 +76,12 @@ def test_step0_logits_match_numpy(lm, ref_weights, rng, runtime, flash):
     np.testing.assert_allclose(out["score"], lp.max(-1), atol=1e-4 if exact else 2e-2)
 
 
-def test_stacked_projections_compute_the_same(runtime, tiny_gguf, rng):
+@pytest.mark.parametrize("quant", ["f32", "bf16", "q8_0"])  # stacking joins raw rows, blocks included
+def test_stacked_projections_compute_the_same(runtime, tiny_gguf, rng, quant):
     p = random_prompt(rng, 13, 9, 21)
     outs = []
     for stack in (False, True):
-        model = LanguageModel(runtime, tiny_gguf["f32"], stack_projections=stack)
+        model = LanguageModel(runtime, tiny_gguf[quant], stack_projections=stack)
         try:
             assert ("llm.layers.0." + "self_attn.qkv_proj.weight" in model.weights) == stack
             with model.session([p], guidance_scale=2.0, greedy=True, with_logits=True) as s:
