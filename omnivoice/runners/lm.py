@@ -126,12 +126,10 @@ class ChunkSession:
         self.constants = WeightStore.from_arrays(model.runtime, {
             "text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask, "pos": pos})
         c = self.constants
-        # The graph allocator packs tensors at 32-byte offsets. One tensor whose size is not a multiple of 64
-        # bytes, like C * L int32 ids for an odd L, puts every activation after it off the 64-byte lines that
-        # AVX-512 loads want (the F32 LM step at L = 337 took 1989 ms, at 336 and 338 1155 ms): the ids are
-        # padded to 16 entries, and no other small tensor comes before the activations (the masks are constants).
-        self._n_ids = -(-C * L // 16) * 16
-        t_audio = lib.ggml_view_1d(g.ctx, g.input("audio_ids", np.int32, (self._n_ids,)), C * L, 0)
+        # Both masks are constants: a [1, L] tensor computed in the graph would, for an odd L, shift every
+        # activation after it off the 64-byte lines that AVX-512 loads want (Graph.input pads inputs for the
+        # same reason; the F32 step at L = 337 took 1989 ms instead of 1231).
+        t_audio = g.input("audio_ids", np.int32, (C * L,))
         spans = list(zip(np.cumsum([0] + segments[:-1]).tolist(), segments))
         h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["text_mask"],
                                    c["pos"], spans, flash_kv, model.clamp_fp16)                   # [n_embd, L]
@@ -166,9 +164,7 @@ class ChunkSession:
             ids[:, u0:u0 + T] = tok
         # The reference embeds ids * audio_mask + offset: non-audio positions read each codebook's row 0.
         shifted = ids * (self._audio_mask > 0) + self._offsets
-        out = np.zeros(self._n_ids, np.int32)
-        out[:shifted.size] = shifted.reshape(-1)
-        return out
+        return shifted.astype(np.int32).reshape(-1)
 
     def step(self, tokens: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
         """Run the LM with each prompt's current target tokens int32 [C, T]; per prompt, a dict of:
