@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,9 +24,10 @@ import numpy as np
 from .audio import postprocess as post
 from .generate.maskgit import GenerationConfig, generate
 from .generate.philox import CudaPhiloxGenerator
-from .text.chunking import ABBREVIATIONS, ChunkPlan, needs_chunking, plan_chunks
+from .text.chunking import ChunkPlan, needs_chunking, plan_chunks
 from .text.request import prepare_request
 from .text.prompt import build_prompt
+from .text.sentences import split_sentences
 
 log = logging.getLogger("omnivoice")
 
@@ -262,25 +262,6 @@ class Pipeline:
         stream = SentenceStream(self, settings, voice, cancel)
         for sentence in split_sentences(text):
             yield stream.say(sentence)
-
-
-# A sentence ends at . ! ? … (then closing quotes/brackets, then a space or the end) or at CJK 。！？.
-_SENTENCE = re.compile(r".*?(?:[.!?…]+[\"'”’)\]」』]*(?=\s|$)|[。！？]+[\"'”’)\]」』]*|$)", re.S)
-
-
-def split_sentences(text: str, min_len: int = 3) -> list[str]:
-    """Split at sentence-final punctuation (not at commas, not after "Mr." and the chunker's other
-    abbreviations); pieces shorter than `min_len` join the previous one."""
-    out: list[str] = []
-    for piece in _SENTENCE.findall(text):
-        piece = piece.strip()
-        if not piece:
-            continue
-        if out and (len(piece) < min_len or out[-1].split()[-1] in ABBREVIATIONS):
-            out[-1] = f"{out[-1]} {piece}"
-        else:
-            out.append(piece)
-    return out
 
 
 class SentenceStream:

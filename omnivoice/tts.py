@@ -225,26 +225,11 @@ def stdin_lines():
     yield from iter(sys.stdin.readline, "")
 
 
-def complete_sentences(lines):
-    """Sentences from a stream of text lines, each yielded as soon as the text after it shows it is complete."""
-    from .pipeline import split_sentences
-
-    pending = ""
-    for line in lines:
-        pending += line
-        parts = split_sentences(pending)
-        # The last piece is finished only if more text would start a new sentence rather than extend it.
-        last_is_complete = bool(parts) and split_sentences(pending + " Probe")[-1] == "Probe"
-        complete = parts if last_is_complete else parts[:-1]
-        yield from complete
-        pending = "" if last_is_complete else (parts[-1] if parts else pending)
-    yield from split_sentences(pending)
-
-
 def stream_stdout(ov, args, text, voice, opts: dict) -> int:
     """-o -: WAV to stdout, written sentence by sentence (one WAV per input line with --stream-by-line)."""
     from .audio.io import WavStreamWriter
-    from .pipeline import SentenceStream, split_sentences
+    from .pipeline import SentenceStream
+    from .text.sentences import complete_sentences, split_sentences
 
     out = sys.stdout.buffer
     lines = stdin_lines() if text is None else iter(text.splitlines(keepends=True))

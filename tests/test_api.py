@@ -7,7 +7,7 @@ import pytest
 
 import omnivoice
 from omnivoice.api import _check_pair, resolve_model
-from omnivoice.pipeline import Cancelled, VoicePrompt, split_sentences
+from omnivoice.pipeline import Cancelled, VoicePrompt
 
 from tests.golden_paths import GOLDEN
 
@@ -84,11 +84,6 @@ def test_hundred_thousand_characters_are_chunked(ov):
 def test_empty_text_is_refused(ov):
     with pytest.raises(ValueError, match="empty"):
         ov.synthesize("   ")
-
-
-def test_split_sentences():
-    assert split_sentences('Hi there. Mr. Smith said "ok." 你好。再见！') == \
-        ["Hi there.", 'Mr. Smith said "ok."', "你好。", "再见！"]
 
 
 def test_model_codec_pair_check(tmp_path):

@@ -3,6 +3,7 @@
 tokenizer     Qwen2 byte-level BPE (Tokenizer.from_gguf / from_tokenizer_json), id-exact with HF tokenizers
 languages     646 language names and ids, resolved like the reference
 voice_design  voice-design instruct vocabulary, validation, English/Chinese resolution
+sentences     the sentence splitter: long-form chunking's pieces and streaming's sentences
 chunking      long-form chunking at sentence punctuation, add_punctuation
 duration      rule-based duration / target token estimate
 request       one item's language, instruct, target length and speed, as the reference's _preprocess_all
@@ -14,6 +15,7 @@ from .duration import estimate_duration, estimate_target_tokens
 from .languages import UnknownLanguageError, resolve_language
 from .prompt import Prompt, build_prompt, combine_text, tokenize_with_nonverbal_tags
 from .request import TextRequest, prepare_request
+from .sentences import complete_sentences, split_sentences
 from .tokenizer import Tokenizer
 from .voice_design import InstructError, instruct_uses_zh, resolve_instruct
 
@@ -24,6 +26,8 @@ __all__ = [
     "resolve_instruct",
     "instruct_uses_zh",
     "InstructError",
+    "split_sentences",
+    "complete_sentences",
     "chunk_text_punctuation",
     "chunk_len_for",
     "needs_chunking",

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import FrozenSet, List, Optional
 
 from .duration import estimate_target_tokens
+from .sentences import ABBREVIATIONS, CLOSING_MARKS, SPLIT_PUNCTUATION, split_pieces
 
-SPLIT_PUNCTUATION: FrozenSet[str] = frozenset(".,;:!?。，；：！？")
-CLOSING_MARKS: FrozenSet[str] = frozenset("\"'“”‘’）]》>」】")
+__all__ = ["ABBREVIATIONS", "CLOSING_MARKS", "SPLIT_PUNCTUATION", "END_PUNCTUATION", "chunk_text_punctuation",
+           "chunk_len_for", "add_punctuation", "needs_chunking", "ChunkPlan", "plan_chunks"]
 
 # A text ending in one of these gets no extra punctuation. "……" is two code points and can never equal the
 # last character; it is kept because the reference lists it.
@@ -19,35 +20,6 @@ END_PUNCTUATION: FrozenSet[str] = frozenset({
     ";", ":", ",", ".", "!", "?", "…", ")", "]", "}", '"', "'", "“", "”", "‘", "’",
     "；", "：", "，", "。", "！", "？", "、", "……", "）", "】",
 })
-
-# A "." closing one of these words does not end a sentence.
-ABBREVIATIONS: FrozenSet[str] = frozenset({
-    "Mr.", "Mrs.", "Ms.", "Dr.", "Prof.", "Sr.", "Jr.", "Rev.", "Fr.", "Hon.", "Pres.", "Gov.", "Capt.", "Gen.",
-    "Sen.", "Rep.", "Col.", "Maj.", "Lt.", "Cmdr.", "Sgt.", "Cpl.", "Co.", "Corp.", "Inc.", "Ltd.", "Est.",
-    "Dept.", "St.", "Ave.", "Blvd.", "Rd.", "Mt.", "Ft.", "No.", "Jan.", "Feb.", "Mar.", "Apr.", "Aug.", "Sep.",
-    "Sept.", "Oct.", "Nov.", "Dec.", "i.e.", "e.g.", "vs.", "Vs.", "Etc.", "approx.", "fig.", "def.",
-})
-
-
-def _split_sentences(text: str) -> List[List[str]]:
-    sentences: List[List[str]] = []
-    current: List[str] = []
-    for ch in text:
-        if not current and sentences and (ch in SPLIT_PUNCTUATION or ch in CLOSING_MARKS):
-            # Punctuation or a closing mark right after a split belongs to the previous sentence.
-            sentences[-1].append(ch)
-            continue
-        current.append(ch)
-        if ch in SPLIT_PUNCTUATION:
-            if ch == ".":
-                stripped = "".join(current).strip()
-                if stripped and stripped.split()[-1] in ABBREVIATIONS:
-                    continue
-            sentences.append(current)
-            current = []
-    if current:
-        sentences.append(current)
-    return sentences
 
 
 def chunk_text_punctuation(text: str, chunk_len: int, min_chunk_len: Optional[int] = None) -> List[str]:
@@ -58,13 +30,11 @@ def chunk_text_punctuation(text: str, chunk_len: int, min_chunk_len: Optional[in
     chunk shorter than that is merged into the previous chunk (the first one into the second). Chunks are
     stripped and empty ones dropped.
     """
-    sentences = _split_sentences(text)
-
-    merged: List[List[str]] = []
-    current: List[str] = []
-    for sentence in sentences:
+    merged: List[str] = []
+    current = ""
+    for sentence in split_pieces(text):
         if len(current) + len(sentence) <= chunk_len:
-            current.extend(sentence)
+            current += sentence
         else:
             if current:
                 merged.append(current)
@@ -72,25 +42,18 @@ def chunk_text_punctuation(text: str, chunk_len: int, min_chunk_len: Optional[in
     if current:
         merged.append(current)
 
+    final = merged
     if min_chunk_len is not None:
         first_short = len(merged) > 0 and len(merged[0]) < min_chunk_len
-        final: List[List[str]] = []
+        final = []
         for i, chunk in enumerate(merged):
             if i == 1 and first_short:
-                final[-1].extend(chunk)
+                final[-1] += chunk
             elif len(chunk) >= min_chunk_len or not final:
                 final.append(chunk)
             else:
-                final[-1].extend(chunk)
-    else:
-        final = merged
-
-    out = []
-    for chunk in final:
-        s = "".join(chunk).strip()
-        if s:
-            out.append(s)
-    return out
+                final[-1] += chunk
+    return [s for s in (chunk.strip() for chunk in final) if s]
 
 
 def chunk_len_for(text: str, num_target_tokens: int, chunk_duration: float, frame_rate: int) -> int:

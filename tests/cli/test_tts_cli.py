@@ -187,26 +187,6 @@ def test_llm_test_dumps_logits_matching_a_synthesis_dump(model, tmp_path):
                                atol=1e-5)
 
 
-def test_incremental_sentences_from_a_stream_of_lines():
-    from omnivoice.tts import complete_sentences
-
-    lines = ["Hello there. How", " are you? I am", " fine.\n", "Mr. Smith is here", ".\n", "end"]
-    seen = []
-    for sentence in complete_sentences(iter(lines)):
-        seen.append(sentence)
-    assert seen == ["Hello there.", "How are you?", "I am fine.", "Mr. Smith is here.", "end"]
-
-    def slow_lines():  # a sentence must come out before the lines after it are read
-        yield "First one. Sec"
-        assert seen2 == ["First one."]
-        yield "ond one.\n"
-
-    seen2 = []
-    for sentence in complete_sentences(slow_lines()):
-        seen2.append(sentence)
-    assert seen2 == ["First one.", "Second one."]
-
-
 def test_stream_with_empty_stdin_is_bad_input(model):
     r = tts(*model, *FAST, "-o", "-", stdin=b"\n  \n")
     bad(r, "empty")
