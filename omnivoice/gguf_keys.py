@@ -106,6 +106,7 @@ CODEBOOK_SIZE = "omnivoice.codebook_size"
 CODEBOOK_DIM = "omnivoice.codebook_dim"
 N_CODEBOOKS = "omnivoice.n_codebooks"                                # quantizers used (8)
 CONV_TRANSPOSE_LAYOUT = "omnivoice.conv_transpose_layout"            # "oc_k_ic", see the converter
+SOURCE_SHA256 = "omnivoice.source_sha256"  # what the file was converted from: convert/source.py's source_digest
 
 AC_ENCODER_HIDDEN_SIZE = "omnivoice.acoustic.encoder_hidden_size"
 AC_DECODER_HIDDEN_SIZE = "omnivoice.acoustic.decoder_hidden_size"
@@ -161,7 +162,7 @@ CODEC_KEY_TYPES: dict[str, str] = {
     GENERAL_ARCHITECTURE: "str", GENERAL_NAME: "str", GENERAL_FILE_TYPE: "u32", GENERAL_ALIGNMENT: "u32",
     SAMPLE_RATE: "u32", SEMANTIC_SAMPLE_RATE: "u32", DOWNSAMPLE_FACTOR: "u32", SEMANTIC_DOWNSAMPLE_FACTOR: "u32",
     HOP_LENGTH: "u32", FRAME_RATE: "u32", HIDDEN_SIZE: "u32", CODEBOOK_SIZE: "u32", CODEBOOK_DIM: "u32",
-    N_CODEBOOKS: "u32", CONV_TRANSPOSE_LAYOUT: "str",
+    N_CODEBOOKS: "u32", CONV_TRANSPOSE_LAYOUT: "str", SOURCE_SHA256: "str",
     AC_ENCODER_HIDDEN_SIZE: "u32", AC_DECODER_HIDDEN_SIZE: "u32", AC_HIDDEN_SIZE: "u32", AC_N_CODEBOOKS: "u32",
     AC_HOP_LENGTH: "u32", AC_UPSAMPLING_RATIOS: "[u32]", AC_DOWNSAMPLING_RATIOS: "[u32]", AC_INPUT_PAD: "u32",
     AC_KERNEL_SIZE: "u32", AC_ENCODER_OUT_KERNEL: "u32", AC_RES_KERNEL: "u32", AC_RES_DILATIONS: "[u32]",

@@ -4,6 +4,8 @@ Writes ``omnivoice-base-{QUANT}.gguf`` (the LM and text tokenizer, see ``lm.py``
 ``omnivoice-tokenizer-F32.gguf`` (the audio codec, see ``codec.py``). Safetensors are read directly
 (``safetensors_reader.py``, no torch); every tensor and config field is checked before the first byte is
 written, and each file is written to a temporary name and renamed, so a failed run leaves nothing behind.
+The codec file records the hash of what it was made from (``source.py``); a codec file already in the output
+folder with the same hash is kept, so converting a second LM weight type does not rewrite it.
 Metadata key names live in ``omnivoice.gguf_keys``.
 """
 
@@ -19,6 +21,7 @@ from .codec import plan_codec
 from .errors import CheckpointError, ConversionError
 from .gguf_out import write_gguf
 from .lm import QUANTS, plan_lm
+from .source import FileHash, file_sha256, source_digest
 
 __all__ = ["convert_checkpoint", "lm_filename", "CODEC_FILENAME", "QUANTS", "CheckpointError", "ConversionError",
            "open_checkpoint", "Checkpoint"]
@@ -32,18 +35,41 @@ def lm_filename(quant: str) -> str:
 
 
 def convert_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, quant: str = "f16",
-                       progress: bool = True) -> tuple[Path, Path]:
-    """Convert a checkpoint directory; returns the paths of the LM GGUF and the codec GGUF."""
+                       progress: bool = True, file_hash: FileHash = file_sha256) -> tuple[Path, Path]:
+    """Convert a checkpoint directory; returns the paths of the LM GGUF and the codec GGUF.
+
+    A codec GGUF already in `out_dir` that was made from the same codec files by the same converter is kept.
+    `file_hash(path)` gives a file's content hash (sha256 hex); the model cache passes a memoised one.
+    """
     if quant not in QUANTS:
         raise ConversionError(f"unknown quantization {quant!r}; expected one of {', '.join(QUANTS)}")
     t0 = time.time()
     ck = open_checkpoint(checkpoint_dir)
     lm_kv, lm_tensors, _ = plan_lm(ck, quant)
     codec_kv, codec_tensors = plan_codec(ck)
+    codec_source = source_digest(ck.root, ("codec",), file_hash)
+    codec_kv.append((K.SOURCE_SHA256, codec_source, "str"))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lm_path = write_gguf(out / lm_filename(quant), K.ARCH_LM, lm_kv, lm_tensors, progress, "lm ")
-    codec_path = write_gguf(out / CODEC_FILENAME, K.ARCH_CODEC, codec_kv, codec_tensors, progress, "codec ")
+    codec_path = out / CODEC_FILENAME
+    if _made_from(codec_path, codec_source):
+        if progress:
+            print(f"kept {codec_path}: converted from the same codec weights", file=sys.stderr)
+    else:
+        write_gguf(codec_path, K.ARCH_CODEC, codec_kv, codec_tensors, progress, "codec ")
     if progress:
         print(f"wrote {lm_path} and {codec_path} in {time.time() - t0:.1f} s", file=sys.stderr)
     return lm_path, codec_path
+
+
+def _made_from(path: Path, source: str) -> bool:
+    """Whether the GGUF at `path` records `source` as what it was converted from."""
+    from ..gguf_file import GGUFFormatError, read_gguf_metadata
+
+    if not path.is_file():
+        return False
+    try:
+        return read_gguf_metadata(str(path), [K.SOURCE_SHA256]).get(K.SOURCE_SHA256) == source
+    except (GGUFFormatError, OSError):
+        return False
