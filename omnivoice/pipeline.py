@@ -22,6 +22,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 from .audio import postprocess as post
+from .codec.voice import VoicePrompt
 from .generate.maskgit import GenerationConfig, generate
 from .generate.philox import CudaPhiloxGenerator
 from .text.chunking import ChunkPlan, needs_chunking, plan_chunks
@@ -39,48 +40,6 @@ CancelCallback = Callable[[], bool]
 
 class Cancelled(RuntimeError):
     """Synthesis was stopped by the cancel callback."""
-
-
-@dataclass(frozen=True)
-class VoicePrompt:
-    """A voice to clone: the reference clip's codes int32 [8, T], its transcript, and its loudness (RMS)."""
-
-    codes: np.ndarray
-    text: str
-    rms: Optional[float] = None
-
-    def __post_init__(self):
-        codes = np.asarray(self.codes)
-        if codes.ndim != 2 or codes.shape[1] == 0:
-            raise ValueError(f"voice prompt codes must be [codebooks, frames] with frames > 0, got {codes.shape}")
-        if not self.text or not self.text.strip():
-            raise ValueError("voice prompt needs the transcript of its reference audio (ref_text)")
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the codes and loudness as a .rvq file and the transcript beside it (PATH.txt), atomically."""
-        from .audio.io import atomic_write_text
-        from .codec import save_rvq
-
-        save_rvq(path, self.codes, ref_rms=self.rms)
-        atomic_write_text(transcript_path(path), self.text)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike, text: Optional[str] = None) -> "VoicePrompt":
-        """Read a voice saved with save() (or any .rvq: then pass its transcript as `text`)."""
-        from .codec import read_rvq
-
-        rvq = read_rvq(path)
-        if text is None:
-            side = transcript_path(path)
-            if not side.is_file():
-                raise FileNotFoundError(f"no transcript for voice {path}: expected {side}, or pass ref_text")
-            text = side.read_text(encoding="utf-8")
-        return cls(rvq.codes, text.strip(), rvq.ref_rms)
-
-
-def transcript_path(path: str | os.PathLike) -> Path:
-    """Where a saved voice keeps its transcript: the .rvq path plus .txt."""
-    return Path(str(path) + ".txt")
 
 
 @dataclass(frozen=True)

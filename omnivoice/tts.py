@@ -140,7 +140,7 @@ def synthesis_options(args) -> dict:
 
 def load_voice(ov, args):
     """The voice prompt from --ref-wav / --ref-rvq (+ --ref-text), or None."""
-    from .pipeline import VoicePrompt
+    from .codec.voice import VoicePrompt
 
     if args.ref_wav and args.ref_rvq:
         raise ValueError("give --ref-wav or --ref-rvq, not both")

@@ -7,7 +7,8 @@ import pytest
 
 import omnivoice
 from omnivoice.api import _check_pair, resolve_model
-from omnivoice.pipeline import Cancelled, VoicePrompt
+from omnivoice.codec.voice import VoicePrompt
+from omnivoice.pipeline import Cancelled
 
 from tests.golden_paths import GOLDEN
 

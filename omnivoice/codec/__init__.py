@@ -7,10 +7,24 @@
         audio = codec.decode(load_rvq("clip.rvq"))
 
 `python -m omnivoice.codec --model CODEC.gguf -i clip.wav` writes clip.rvq, and `-i clip.rvq` writes clip.wav.
-The .rvq container is documented in omnivoice.codec.rvq_format.
+The .rvq container is documented in omnivoice.codec.rvq_format, voice prompt files in omnivoice.codec.voice.
+The codec itself (and with it ggml) loads on first use of AudioCodec or load_codec, not on import.
 """
 
-from .audio_codec import AudioCodec, load_codec
 from .rvq_format import RvqFile, RvqFormatError, load_rvq, read_rvq, save_rvq
+from .voice import VoicePrompt, transcript_path
 
-__all__ = ["AudioCodec", "load_codec", "RvqFile", "RvqFormatError", "load_rvq", "read_rvq", "save_rvq"]
+__all__ = ["AudioCodec", "load_codec", "RvqFile", "RvqFormatError", "load_rvq", "read_rvq", "save_rvq",
+           "VoicePrompt", "transcript_path"]
+
+
+def __getattr__(name: str):
+    if name in ("AudioCodec", "load_codec"):
+        from . import audio_codec
+
+        return getattr(audio_codec, name)
+    raise AttributeError(f"module 'omnivoice.codec' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from omnivoice.generate.maskgit import GenerationConfig, teacher_force
-from omnivoice.pipeline import VoicePrompt, _GuidedChunk
+from omnivoice.codec.voice import VoicePrompt
+from omnivoice.pipeline import _GuidedChunk
 from omnivoice.runners.lm import Prompt
 
 from tests.golden_paths import GOLDEN

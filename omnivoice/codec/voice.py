@@ -1,0 +1,74 @@
+"""Voice prompts and their files: a reference clip's codes with its transcript, ready for cloning.
+
+A saved voice is two files: the codes and the clip's loudness in a .rvq container (rvq_format.py), and the
+transcript as UTF-8 text beside it, named PATH + ".txt" (me.rvq -> me.rvq.txt). Any .rvq made by
+`python -m omnivoice.codec` is a voice too once its transcript is given.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .rvq_format import read_rvq, save_rvq
+
+__all__ = ["VoicePrompt", "transcript_path"]
+
+
+@dataclass(frozen=True, eq=False)
+class VoicePrompt:
+    """A voice to clone: the reference clip's codes int32 [8, T] at 25 frames/s, its transcript, and its
+    loudness (RMS before normalisation; None when unknown)."""
+
+    codes: np.ndarray
+    text: str
+    rms: Optional[float] = None
+
+    def __post_init__(self):
+        codes = np.asarray(self.codes)
+        if codes.ndim != 2 or codes.shape[1] == 0 or not np.issubdtype(codes.dtype, np.integer):
+            raise ValueError(f"voice prompt codes must be integers [codebooks, frames] with frames > 0, "
+                             f"got {codes.dtype} {codes.shape}")
+        if not isinstance(self.text, str) or not self.text.strip():
+            raise ValueError("voice prompt needs the transcript of its reference audio (ref_text)")
+        object.__setattr__(self, "codes", codes.astype(np.int32, copy=False))
+
+    @property
+    def frames(self) -> int:
+        """Length of the prompt in codec frames (25 per second)."""
+        return int(self.codes.shape[1])
+
+    def __repr__(self) -> str:
+        text = self.text if len(self.text) <= 40 else self.text[:37].rstrip() + "..."
+        rms = "None" if self.rms is None else f"{self.rms:.4g}"
+        return f"VoicePrompt({self.codes.shape[0]} codebooks x {self.frames} frames, text={text!r}, rms={rms})"
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the codes and loudness to PATH (a .rvq file) and the transcript to PATH.txt, each atomically."""
+        from ..audio.io import atomic_write_text
+
+        save_rvq(path, self.codes, ref_rms=self.rms)
+        atomic_write_text(transcript_path(path), self.text)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, text: Optional[str] = None) -> "VoicePrompt":
+        """Read a voice saved with save(), or any .rvq with its transcript given as `text`."""
+        rvq = read_rvq(path)
+        if text is None:
+            side = transcript_path(path)
+            if not side.is_file():
+                raise FileNotFoundError(f"no transcript for voice {path}: expected {side}, or pass ref_text")
+            try:
+                text = side.read_text(encoding="utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{side}: the transcript is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        return cls(rvq.codes, text.strip(), rvq.ref_rms)
+
+
+def transcript_path(path: str | os.PathLike) -> Path:
+    """Where a saved voice keeps its transcript: the .rvq path plus .txt."""
+    return Path(str(path) + ".txt")
