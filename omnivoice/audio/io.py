@@ -1,4 +1,4 @@
-"""Reading and writing audio files: soundfile in, our own WAV encoder out.
+"""Reading and writing audio files: soundfile in, our own WAV encoder out (FLAC, Ogg and MP3 through soundfile).
 
 Reading follows the reference's ``load_waveform``/``load_audio``: ``soundfile.read`` as float32,
 channels averaged (float32 ``mean`` over the channel axis). The reference falls back to librosa for
@@ -12,6 +12,10 @@ Writing is done here rather than by soundfile so that a file and a stream get th
   wav16 file is bit-identical to ``soundfile.write(path, audio, rate)``.
 - ``wav32``: IEEE float32 (format tag 3, 18-byte ``fmt `` chunk with a ``fact`` chunk).
 
+``write_audio`` picks the format from ``--format`` or the file name (``output_format``): WAV through our
+encoder, FLAC (16-bit), Ogg/Vorbis, Ogg/Opus and MP3 through soundfile's libsndfile, encoded in memory and
+written the same atomic way.
+
 ``write_wav`` writes a temporary file in the target directory and renames it over the target, so a
 failure never leaves a partial file. ``WavStreamWriter`` writes to a pipe: its header declares the
 RIFF and data sizes (and the float ``fact`` sample count) as ``0xFFFFFFFF``, the "unknown length"
@@ -21,6 +25,7 @@ seekable, ``close()`` patches the real sizes in.
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 import tempfile
@@ -33,6 +38,10 @@ import soundfile as sf
 __all__ = [
     "AudioFileError",
     "WAV_FORMATS",
+    "OUTPUT_FORMATS",
+    "check_rate",
+    "output_format",
+    "write_audio",
     "load_audio",
     "encode_samples",
     "wav_header",
@@ -44,6 +53,11 @@ PathOrFile = Union[str, "os.PathLike[str]", BinaryIO]
 
 # name -> (format tag, bits per sample)
 WAV_FORMATS = {"wav16": (1, 16), "wav24": (1, 24), "wav32": (3, 32)}
+# every output format: name -> (soundfile format, subtype), None for our own WAV encoder
+OUTPUT_FORMATS = {**{name: None for name in WAV_FORMATS}, "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "VORBIS"),
+                  "opus": ("OGG", "OPUS"), "mp3": ("MP3", "MPEG_LAYER_III")}
+# file name extension -> the format it implies (.wav: wav16 unless a WAV format is asked for)
+_EXTENSIONS = {".wav": "wav16", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg", ".opus": "opus", ".mp3": "mp3"}
 
 _UNKNOWN_SIZE = 0xFFFFFFFF
 
@@ -100,9 +114,15 @@ def _check_format(fmt: str) -> tuple[int, int]:
         raise ValueError(f"unknown WAV format {fmt!r}; expected one of {', '.join(WAV_FORMATS)}") from None
 
 
-def _check_rate(sample_rate: int) -> int:
-    if isinstance(sample_rate, bool) or int(sample_rate) != sample_rate or not 0 < sample_rate < 2**32:
-        raise ValueError(f"sample_rate must be a positive integer number of Hz, got {sample_rate!r}")
+def check_rate(sample_rate: int, name: str = "sample_rate") -> int:
+    """``sample_rate`` as an int, or ValueError naming ``name`` unless it is a positive whole number of Hz below
+    2**28 (what a WAV header's byte rate can hold for every format)."""
+    try:
+        whole = not isinstance(sample_rate, bool) and int(sample_rate) == sample_rate
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole or not 0 < sample_rate < 2**28:
+        raise ValueError(f"{name} must be a positive integer number of Hz, got {sample_rate!r}")
     return int(sample_rate)
 
 
@@ -143,7 +163,7 @@ def wav_header(sample_rate: int, fmt: str = "wav16", n_samples: int | None = Non
     """The RIFF/WAVE header for mono audio; ``n_samples=None`` writes the 0xFFFFFFFF
     "unknown length" sizes used for streaming."""
     tag, bits = _check_format(fmt)
-    rate = _check_rate(sample_rate)
+    rate = check_rate(sample_rate)
     block = bits // 8
     fmt_body = struct.pack("<HHIIHH", tag, 1, rate, rate * block, block, bits)
     if tag == 3:
@@ -224,6 +244,43 @@ def write_wav(path: Union[str, "os.PathLike[str]"], audio: np.ndarray, sample_ra
     atomic_write_bytes(path, blob, what="the WAV output")
 
 
+def output_format(path: Union[str, "os.PathLike[str]"], fmt: str | None = None) -> str:
+    """The output format for ``path``: ``fmt`` if given (it must agree with a known extension), else the one
+    the extension names (.wav, .flac, .ogg/.oga, .opus, .mp3); "-", a device and a name without an extension
+    get wav16. ValueError for an unknown extension or a disagreement."""
+    if fmt is not None and fmt not in OUTPUT_FORMATS:
+        raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+    name = os.fspath(path)
+    ext = "" if name == "-" else Path(name).suffix.lower()
+    implied = _EXTENSIONS.get(ext)
+    if fmt is None:
+        special = os.path.exists(name) and not os.path.isfile(name)  # /dev/null, a named pipe
+        if ext and implied is None and not special:
+            raise ValueError(f"{name}: cannot tell the audio format from {ext!r} (known: "
+                             f"{', '.join(_EXTENSIONS)}); rename it or give --format")
+        return implied or "wav16"
+    if implied is not None and implied != fmt and not (implied == "wav16" and fmt in WAV_FORMATS):
+        named = "WAV" if implied == "wav16" else implied
+        raise ValueError(f"{name}: the name says {named}, but the format asked for is {fmt}")
+    return fmt
+
+
+def write_audio(path: Union[str, "os.PathLike[str]"], audio: np.ndarray, sample_rate: int,
+                fmt: str = "wav16") -> None:
+    """Write mono ``audio`` to ``path`` in ``fmt`` (OUTPUT_FORMATS), atomically, as write_wav does."""
+    if fmt not in OUTPUT_FORMATS:
+        raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+    if OUTPUT_FORMATS[fmt] is None:
+        return write_wav(path, audio, sample_rate, fmt)
+    a = as_mono(audio)
+    if not np.all(np.isfinite(a)):
+        raise ValueError("audio contains NaN or infinite samples; refusing to write them")
+    container, subtype = OUTPUT_FORMATS[fmt]
+    buf = io.BytesIO()
+    sf.write(buf, a, check_rate(sample_rate), format=container, subtype=subtype)
+    atomic_write_bytes(path, buf.getvalue(), what=f"the {fmt} output")
+
+
 class WavStreamWriter:
     """Write a WAV stream (for ``-o -``) whose length is not known in advance.
 
@@ -237,7 +294,7 @@ class WavStreamWriter:
     def __init__(self, stream: BinaryIO, sample_rate: int, fmt: str = "wav16") -> None:
         self._stream = stream
         self._fmt = fmt
-        self._rate = _check_rate(sample_rate)
+        self._rate = check_rate(sample_rate)
         self._block = _check_format(fmt)[1] // 8
         self._n_samples = 0
         self._closed = False

@@ -30,7 +30,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from .io import as_mono
+from .io import as_mono, check_rate
 from .resample import resample
 
 __all__ = [
@@ -68,12 +68,6 @@ AudioChunks = Union[np.ndarray, Sequence[np.ndarray]]
 # ---------------------------------------------------------------------------
 # int16 conversion and pydub's millisecond arithmetic
 # ---------------------------------------------------------------------------
-
-
-def _check_rate(sample_rate: int) -> int:
-    if isinstance(sample_rate, bool) or int(sample_rate) != sample_rate or sample_rate <= 0:
-        raise ValueError(f"sample_rate must be a positive integer number of Hz, got {sample_rate!r}")
-    return int(sample_rate)
 
 
 def to_pcm16(audio: np.ndarray) -> np.ndarray:
@@ -171,7 +165,7 @@ def detect_silence(
 ) -> list[list[int]]:
     """``pydub.silence.detect_silence`` on int16 samples: silent ``[start, end]`` ranges in ms."""
     pcm = np.asarray(pcm, dtype=np.int16)
-    rate = _check_rate(sample_rate)
+    rate = check_rate(sample_rate)
     if seek_step <= 0:
         raise ValueError(f"seek_step must be positive, got {seek_step}")
     seg_len = segment_length_ms(len(pcm), rate)
@@ -243,7 +237,7 @@ def split_on_silence(
     ranges overlap they meet at the midpoint (integer ms), as pydub does.
     """
     pcm = np.asarray(pcm, dtype=np.int16)
-    rate = _check_rate(sample_rate)
+    rate = check_rate(sample_rate)
     seg_len = segment_length_ms(len(pcm), rate)
     if isinstance(keep_silence, bool):
         keep_silence = seg_len if keep_silence else 0
@@ -268,7 +262,7 @@ def detect_leading_silence(
     Walks ``chunk_size`` ms chunks from the start while their dBFS is below the threshold.
     """
     pcm = np.asarray(pcm, dtype=np.int16)
-    rate = _check_rate(sample_rate)
+    rate = check_rate(sample_rate)
     if chunk_size <= 0:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     length = segment_length_ms(len(pcm), rate)
@@ -292,7 +286,7 @@ def remove_silence_edges(
 ) -> np.ndarray:
     """The reference's ``remove_silence_edges`` on int16: trim edge silence, keeping some ms of it."""
     pcm = np.asarray(pcm, dtype=np.int16)
-    rate = _check_rate(sample_rate)
+    rate = check_rate(sample_rate)
     start_idx = detect_leading_silence(pcm, rate, silence_threshold=silence_threshold)
     start_idx = max(0, start_idx - lead_sil)
     pcm = _slice(pcm, rate, start_idx)
@@ -324,7 +318,7 @@ def remove_silence(
     Rates below 11025 Hz are refused when ``mid_sil > 0``: there the reference's concatenation
     silently resamples through ``audioop.ratecv``, which this port does not reproduce.
     """
-    rate = _check_rate(sample_rate)
+    rate = check_rate(sample_rate)
     pcm = to_pcm16(audio)
     if mid_sil > 0:
         if rate < _PYDUB_SILENT_RATE:
@@ -354,7 +348,7 @@ def trim_long_audio(
     returned unchanged (not quantised); trimmed audio is int16-quantised.
     """
     a = as_mono(audio)
-    rate = _check_rate(sample_rate)
+    rate = check_rate(sample_rate)
     duration = a.shape[-1] / rate
     if duration <= trim_threshold:
         return a
@@ -523,7 +517,7 @@ def preprocess_reference(
     shorter than one codec frame; the reference would fail later, inside the encoder.
     """
     a = downmix(audio)
-    rate = _check_rate(sample_rate)
+    rate = check_rate(sample_rate)
     if a.shape[-1] == 0:
         raise ValueError("reference audio is empty (0 samples)")
     if not np.all(np.isfinite(a)):
@@ -574,7 +568,7 @@ def postprocess_output(
     lead 100 / trail 100 ms; the loudness step (``ref_rms`` from ``preprocess_reference``, or None
     without a reference clip); ``fade_and_pad``.
     """
-    rate = _check_rate(sample_rate)
+    rate = check_rate(sample_rate)
     if isinstance(audio, np.ndarray):
         waveform = as_mono(audio)
     else:

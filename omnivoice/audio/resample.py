@@ -18,20 +18,13 @@ from functools import lru_cache
 
 import numpy as np
 
+from .io import check_rate
+
 __all__ = ["resample", "sinc_resample_kernel"]
 
 # A kernel of this many float32 values (256 MiB) means two nearly coprime rates; torchaudio would
 # build it too, but failing loudly beats swapping the machine to death.
 _MAX_KERNEL_ELEMENTS = 64 * 1024 * 1024
-
-
-def _check_rate(name: str, value: int) -> int:
-    if isinstance(value, bool) or int(value) != value:
-        raise ValueError(f"{name} must be an integer number of Hz, got {value!r}")
-    value = int(value)
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    return value
 
 
 @lru_cache(maxsize=16)
@@ -45,8 +38,8 @@ def sinc_resample_kernel(
     output phase ``j``, and ``width`` the zero padding torchaudio puts on the left of the input.
     The array is cached and read-only.
     """
-    orig_freq = _check_rate("orig_freq", orig_freq)
-    new_freq = _check_rate("new_freq", new_freq)
+    orig_freq = check_rate(orig_freq, "orig_freq")
+    new_freq = check_rate(new_freq, "new_freq")
     if lowpass_filter_width <= 0:
         raise ValueError(f"lowpass_filter_width must be positive, got {lowpass_filter_width}")
     gcd = math.gcd(orig_freq, new_freq)
@@ -95,8 +88,8 @@ def resample(
         raise TypeError(f"resample expects a floating point waveform, got dtype {x.dtype}")
     if x.ndim == 0:
         raise ValueError("resample expects a waveform of shape [..., time], got a scalar")
-    orig_freq = _check_rate("orig_freq", orig_freq)
-    new_freq = _check_rate("new_freq", new_freq)
+    orig_freq = check_rate(orig_freq, "orig_freq")
+    new_freq = check_rate(new_freq, "new_freq")
     if orig_freq == new_freq:
         return waveform
     kernel, width = sinc_resample_kernel(orig_freq, new_freq, int(lowpass_filter_width), float(rolloff))

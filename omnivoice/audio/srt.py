@@ -18,6 +18,8 @@ from typing import Union
 
 import numpy as np
 
+from .io import check_rate
+
 __all__ = ["Cue", "SrtError", "parse_srt", "load_srt", "place_cues"]
 
 _TIME = r"(\d+):([0-5]\d):([0-5]\d)[,.](\d{3})"
@@ -128,9 +130,7 @@ def place_cues(cues: Sequence[Cue], audios: Sequence[np.ndarray], sample_rate: i
     """
     if len(cues) != len(audios):
         raise ValueError(f"place_cues got {len(cues)} cues but {len(audios)} audio clips")
-    if isinstance(sample_rate, bool) or int(sample_rate) != sample_rate or sample_rate <= 0:
-        raise ValueError(f"sample_rate must be a positive integer number of Hz, got {sample_rate!r}")
-    rate = int(sample_rate)
+    rate = check_rate(sample_rate)
     if not cues:
         return np.zeros(0, dtype=np.float32)
     slots = [(int(round(c.start * rate)), int(round(c.end * rate))) for c in cues]
