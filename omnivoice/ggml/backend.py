@@ -6,10 +6,10 @@ optionally with a device index: `cuda:1`. `auto` takes the first GPU device and 
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from ._ffi import LIB_DIR, ffi, lib
+from .threads import default_threads
 
 _loaded = False
 
@@ -102,17 +102,6 @@ def find_device(spec: str) -> tuple[Device, object]:
     if index >= len(matches):
         raise ValueError(f"backend {name} has {len(matches)} device(s); index {index} does not exist")
     return matches[index]
-
-
-def default_threads() -> int:
-    """CPU threads: OMNIVOICE_THREADS, else the cores this process may run on."""
-    env = os.environ.get("OMNIVOICE_THREADS")
-    if env:
-        return max(1, int(env))
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
 
 
 class Runtime:
