@@ -86,9 +86,11 @@ def complete_sentences(pieces: Iterable[str], min_len: int = 3) -> Iterator[str]
     pending = ""
     for piece in pieces:
         pending += piece
-        parts = split_sentences(pending, min_len)
         # The last sentence is finished only if more text would start a new one rather than extend it.
-        last_is_complete = bool(parts) and split_sentences(pending + " Probe", min_len)[-1] == "Probe"
-        yield from parts if last_is_complete else parts[:-1]
-        pending = "" if last_is_complete else (parts[-1] if parts else pending)
+        if split_sentences(pending + " Probe", min_len)[-1] == "Probe":
+            head, pending = pending, ""
+        else:  # keep the unfinished tail as it came, spaces included
+            tail = split_pieces(pending, SENTENCE_END, _STREAM_CLOSING, _SPACED_END)[-1] if pending else ""
+            head, pending = pending[:len(pending) - len(tail)], tail
+        yield from split_sentences(head, min_len)
     yield from split_sentences(pending, min_len)

@@ -37,6 +37,10 @@ def test_incremental_sentences_from_a_stream_of_lines():
     lines = ["Hello there. How", " are you? I am", " fine.\n", "Mr. Smith is here", ".\n", "end"]
     assert list(complete_sentences(iter(lines))) == \
         ["Hello there.", "How are you?", "I am fine.", "Mr. Smith is here.", "end"]
+    # spaces at the end of a piece stay (not "Firstone."); a finished sentence goes out before a short one
+    # that could have joined it arrives
+    assert list(complete_sentences(iter(["First ", "one. Sec", "ond one.", " A."]))) == \
+        ["First one.", "Second one.", "A."]
 
     seen = []
 
