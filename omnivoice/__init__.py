@@ -9,12 +9,23 @@ The heavy parts (ggml, the models) load on first use of OmniVoice, not on import
 
 __version__ = "0.1.0"
 
-__all__ = ["OmniVoice", "SynthesisResult", "VoicePrompt", "Cancelled", "__version__"]
+_API = ("OmniVoice", "Speaker", "SynthesisResult", "VoicePrompt", "Cancelled", "OptionError", "check_options")
+_RESOLVE = ("ModelNotAvailable", "DownloadError")
+
+__all__ = [*_API, *_RESOLVE, "__version__"]
 
 
 def __getattr__(name: str):
-    if name in ("OmniVoice", "SynthesisResult", "VoicePrompt", "Cancelled"):
+    if name in _API:
         from . import api
 
         return getattr(api, name)
+    if name in _RESOLVE:
+        from . import resolve
+
+        return getattr(resolve, name)
     raise AttributeError(f"module 'omnivoice' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -4,129 +4,157 @@
     with omnivoice.OmniVoice() as ov:                      # OMNIVOICE_MODEL, else k2-fsa/OmniVoice
         result = ov.synthesize("Hello world.", language="English")
         soundfile.write("hello.wav", result.audio, result.sample_rate)
+
+Which files a model argument names is omnivoice.resolve's business; the work itself is omnivoice.pipeline's.
+Options are checked by `check_options` before anything is loaded, and the command line does just that.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
+import math
+import numbers
 import os
+import threading
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
 from . import gguf_keys as K
+from .codec.voice import VoicePrompt
 from .generate.maskgit import GenerationConfig
-from .pipeline import (CancelCallback, Cancelled, Pipeline, ProgressCallback, Settings, SynthesisResult,
-                       VoicePrompt)
+from .pipeline import (CancelCallback, Cancelled, Pipeline, ProgressCallback, SentenceStream, Settings,
+                       SynthesisResult)
 
 log = logging.getLogger("omnivoice")
 
-DEFAULT_REPO = "k2-fsa/OmniVoice"
 AudioInput = Union[str, os.PathLike, tuple]  # a path, or (samples, sample_rate)
 
-__all__ = ["OmniVoice", "SynthesisResult", "VoicePrompt", "Cancelled", "ModelNotAvailable", "resolve_model",
-           "DEFAULT_REPO"]
+__all__ = ["OmniVoice", "Speaker", "SynthesisResult", "VoicePrompt", "Cancelled", "OptionError", "OPTIONS",
+           "check_options", "make_settings"]
+
+OPTIONS: dict[str, object] = {
+    "duration": None, "speed": 1.0, "num_step": 32, "guidance_scale": 2.0, "t_shift": 0.1,
+    "layer_penalty_factor": 5.0, "position_temperature": 5.0, "class_temperature": 0.0, "seed": None,
+    "denoise": True, "postprocess_output": True, "pad_duration": 0.1, "fade_duration": 0.1,
+    "chunk_duration": 15.0, "chunk_threshold": 30.0,
+}
+"""Every synthesis option and its default (the reference's)."""
+
+MAX_DURATION = 24 * 3600.0  # a bound on what `duration` can mean, not a promise that memory allows it
 
 
-def cache_dir() -> Path:
-    """Where converted checkpoints live: OMNIVOICE_CACHE, else ~/.cache/omnivoice."""
-    return Path(os.environ.get("OMNIVOICE_CACHE", Path.home() / ".cache" / "omnivoice"))
+class OptionError(ValueError):
+    """A synthesis option with a value it cannot take. `option` is its name in the API (num_step), so a
+    command line can name it in its own terms (--steps); `problem` says what it must be."""
+
+    def __init__(self, option: str, problem: str, value: object) -> None:
+        super().__init__(f"{option} {problem}, got {value!r}")
+        self.option, self.problem, self.value = option, problem, value
 
 
-def _checkpoint_id(path: Path) -> str:
-    h = hashlib.sha256()
-    for name in ("config.json", "model.safetensors", "audio_tokenizer/config.json",
-                 "audio_tokenizer/model.safetensors"):
-        f = path / name
-        st = f.stat()
-        h.update(f"{name}:{st.st_size}:{int(st.st_mtime)}".encode())
-    return h.hexdigest()[:16]
+def _real(name: str, value, *, low: float = -math.inf, high: float = math.inf, open_low: bool = False,
+          what: str = "a finite number") -> float:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and (value > low if open_low else value >= low) and value <= high:
+        return float(value)
+    bounds = []
+    if low > -math.inf:
+        bounds.append(f"{'>' if open_low else '>='} {low:g}")
+    if high < math.inf:
+        bounds.append(f"<= {high:g}")
+    raise OptionError(name, f"must be {what}{' ' + ' and '.join(bounds) if bounds else ''}", value)
 
 
-def default_quant(backend_name: str) -> str:
-    """The LM weight type a checkpoint is converted to when none is named, by backend (measured on an H200 and
-    a 2-core Zen 4, BENCHMARKS.md): BF16 on CUDA (cuBLAS accumulates it in F32; LM step 4.0 ms against 4.7 for
-    F32 with TF32 and 5.0 for F16, whose products cuBLAS accumulates in F16), F16 on other GPUs (Vulkan's BF16
-    products are 4x slower than its F16 ones), F32 on the CPU (the reference's own precision: same tokens)."""
-    name = backend_name.lower()
-    return "bf16" if name == "cuda" else "f32" if name == "cpu" else "f16"
+def make_settings(text: str = "", language: Optional[str] = None, instruct: Optional[str] = None,
+                  **options) -> Settings:
+    """Check every option (OPTIONS lists them) and resolve language and instruct into pipeline Settings.
 
-
-def resolve_model(model: Optional[str], codec: Optional[str] = None, quant: str = "f32") -> tuple[Path, Path]:
-    """Turn the user's model argument into (LM GGUF, codec GGUF) paths.
-
-    `model` may be an LM GGUF file (the codec is then `codec`, or omnivoice-tokenizer-F32.gguf beside it), an
-    OmniVoice checkpoint directory in the Hugging Face layout (converted once into the cache and reused), or a
-    Hugging Face repo id (downloaded with huggingface_hub when online). None means OMNIVOICE_MODEL, else
-    k2-fsa/OmniVoice.
+    Needs no model. Raises OptionError naming a bad option, UnknownLanguageError or InstructError (ValueErrors),
+    and TypeError for an unknown option name. `text` decides whether instruct attributes are worded in Chinese.
     """
-    model = model or os.environ.get("OMNIVOICE_MODEL") or DEFAULT_REPO
-    path = Path(model).expanduser()
-    if path.is_file():
-        lm = path
-        codec_path = Path(codec) if codec else path.with_name("omnivoice-tokenizer-F32.gguf")
-        if not codec_path.is_file():
-            raise FileNotFoundError(f"codec GGUF not found: {codec_path} (pass codec=... / --codec)")
-        return lm, codec_path
-    if not path.exists():
-        if path.is_absolute() or str(model).startswith((".", "~")) or str(model).count("/") != 1:
-            raise FileNotFoundError(f"model not found: {model} (expected a GGUF file, a checkpoint directory "
-                                    f"or a Hugging Face repo id such as {DEFAULT_REPO})")
-        path = _download(str(model))
-    if not path.is_dir():
-        raise FileNotFoundError(f"model not found: {model}")
-    from .convert import convert_checkpoint
+    from .text.languages import resolve_language
+    from .text.voice_design import instruct_uses_zh, resolve_instruct
 
-    out = cache_dir() / f"{path.name}-{_checkpoint_id(path)}"
-    lm = out / f"omnivoice-base-{quant.upper()}.gguf"
-    codec_path = Path(codec) if codec else out / "omnivoice-tokenizer-F32.gguf"
-    if not lm.is_file() or not (out / "omnivoice-tokenizer-F32.gguf").is_file():
-        log.info("converting %s into %s (once)", path, out)
-        convert_checkpoint(path, out, quant=quant)
-    return lm, codec_path
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; the options are {', '.join(OPTIONS)}")
+    o = {**OPTIONS, **options}
+    duration = None if o["duration"] is None else _real(
+        "duration", o["duration"], low=0, high=MAX_DURATION, open_low=True, what="a number of seconds")
+    speed = _real("speed", o["speed"], low=0, open_low=True)
+    num_step = o["num_step"]
+    if not isinstance(num_step, numbers.Integral) or isinstance(num_step, bool) or num_step < 1:
+        raise OptionError("num_step", "must be an integer >= 1", num_step)
+    seed = o["seed"]
+    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed >= 2**64):
+        raise OptionError("seed", "must be an integer below 2**64 (negative: random) or None", seed)
+    for flag in ("denoise", "postprocess_output"):
+        if not isinstance(o[flag], (bool, np.bool_)):
+            raise OptionError(flag, "must be True or False", o[flag])
+    sampler = GenerationConfig(
+        num_step=int(num_step),
+        guidance_scale=_real("guidance_scale", o["guidance_scale"], low=0),
+        t_shift=_real("t_shift", o["t_shift"], low=0, open_low=True),
+        layer_penalty_factor=_real("layer_penalty_factor", o["layer_penalty_factor"]),
+        position_temperature=_real("position_temperature", o["position_temperature"], low=0),
+        class_temperature=_real("class_temperature", o["class_temperature"], low=0))
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    lang = resolve_language(language)
+    inst = resolve_instruct(instruct, use_zh=instruct_uses_zh(text)) if instruct else None
+    return Settings(language=lang, instruct=inst, duration=duration, speed=speed, denoise=bool(o["denoise"]),
+                    sampler=sampler, seed=None if seed is None else int(seed),
+                    postprocess_output=bool(o["postprocess_output"]),
+                    chunk_duration=_real("chunk_duration", o["chunk_duration"], what="a finite number of seconds"),
+                    chunk_threshold=_real("chunk_threshold", o["chunk_threshold"], low=0, what="a number of seconds"),
+                    pad_duration=_real("pad_duration", o["pad_duration"], low=0, high=10, what="a number of seconds"),
+                    fade_duration=_real("fade_duration", o["fade_duration"], low=0, high=10,
+                                        what="a number of seconds"))
 
 
-class ModelNotAvailable(FileNotFoundError):
-    """The model named by a repo id cannot be had here (no huggingface_hub, no network, no such repo)."""
-
-
-def _download(repo_id: str) -> Path:
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        raise ModelNotAvailable(f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not "
-                                f"installed: pip install huggingface_hub, or pass a local checkpoint or GGUF") from None
-    try:
-        return Path(snapshot_download(repo_id))
-    except Exception as e:
-        first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelNotAvailable(f"could not download {repo_id} from the Hugging Face Hub ({first_line}); "
-                                f"offline, pass --model with a local checkpoint directory or GGUF file") from e
+def check_options(text: str = "", language: Optional[str] = None, instruct: Optional[str] = None,
+                  **options) -> None:
+    """Raise what synthesize would raise for these options, without a model (see make_settings)."""
+    make_settings(text, language, instruct, **options)
 
 
 class OmniVoice:
-    """OmniVoice text-to-speech on ggml: load once, synthesize many times. Frees its memory on close()."""
+    """OmniVoice text-to-speech on ggml: load once, synthesize many times. Frees its memory on close().
+
+    One object may be shared by threads: its calls are serialised by a lock, one synthesis (or voice encoding)
+    at a time, since the models' graphs and buffers are reused from call to call. stream() and Speaker take
+    the lock per sentence, so several streams interleave sentence by sentence. For parallel work, use one
+    object per device (each holds its own copy of the weights).
+    """
 
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
                  n_threads: Optional[int] = None, quant: str = "auto", flash_attn: Optional[bool] = None,
                  clamp_fp16: bool = False) -> None:
         """Load the LM, the codec and the tokenizer onto `backend` (auto, cpu, cuda, vulkan, metal[:N]).
 
-        `quant` is the LM weight type a checkpoint directory or repo id is converted to (f32, f16, bf16, q8_0;
-        `auto`: by backend, see default_quant); a GGUF file is used as it is.
+        `model`: an LM GGUF, a folder of converted GGUFs, a checkpoint directory or a Hugging Face repo id (see
+        omnivoice.resolve). `quant` is the LM weight type to convert a checkpoint to or to pick from a folder
+        (f32, f16, bf16, q8_0; `auto`: by backend, see resolve.default_quant). `n_threads`: CPU threads (default:
+        the cores free for this process, see ggml.threads).
         """
         from .codec import load_codec
         from .ggml import Runtime
+        from .resolve import QUANT_ORDER, default_quant, resolve_model
         from .runners.lm import LanguageModel
         from .text import Tokenizer
 
+        if n_threads is not None and (not isinstance(n_threads, numbers.Integral) or isinstance(n_threads, bool)
+                                      or n_threads < 1):
+            raise ValueError(f"n_threads must be an integer >= 1 or None, got {n_threads!r}")
+        if quant not in ("auto",) + QUANT_ORDER:
+            raise ValueError(f"quant must be auto or one of {', '.join(QUANT_ORDER)}, got {quant!r}")
+        self._lock = threading.RLock()
+        self.pipeline: Optional[Pipeline] = None
         self.runtime = Runtime(backend, n_threads)
         try:
-            if quant == "auto":
-                quant = default_quant(self.runtime.device.backend)
-            lm_path, codec_path = resolve_model(model, codec, quant)
+            lm_path, codec_path = resolve_model(model, codec, quant, prefer=default_quant(self.runtime.device.backend))
             self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16)
             self.codec = load_codec(codec_path, runtime=self.runtime)
             _check_pair(self.lm.metadata, self.codec.weights.metadata, lm_path, codec_path)
@@ -137,6 +165,11 @@ class OmniVoice:
         self.pipeline = Pipeline(self.lm, self.codec, self.tokenizer)
         self.sample_rate = self.pipeline.sample_rate
         self.model_path, self.codec_path = lm_path, codec_path
+
+    def _ready(self) -> Pipeline:
+        if self.pipeline is None:
+            raise RuntimeError("this OmniVoice is closed")
+        return self.pipeline
 
     # ------------------------------------------------------------------------------------------ voices
     def create_voice(self, ref_audio: AudioInput, ref_text: str, preprocess_prompt: bool = True) -> VoicePrompt:
@@ -156,69 +189,24 @@ class OmniVoice:
                 raise TypeError("ref_audio must be a path or a (samples, sample_rate) tuple") from None
             samples = np.asarray(samples, dtype=np.float32)
         source = os.fspath(ref_audio) if isinstance(ref_audio, (str, os.PathLike)) else "ref_audio"
-        try:
-            clip, rms = preprocess_reference(samples, int(rate), preprocess=preprocess_prompt,
-                                             target_rate=self.sample_rate, hop_length=self.codec.hop_length)
-        except ValueError as e:
-            raise ValueError(f"{source}: {e}") from None
-        codes = self.codec.encode(clip)
+        with self._lock:
+            codec = self._ready().codec
+            try:
+                clip, rms = preprocess_reference(samples, int(rate), preprocess=preprocess_prompt,
+                                                 target_rate=self.sample_rate, hop_length=codec.hop_length)
+            except ValueError as e:
+                raise ValueError(f"{source}: {e}") from None
+            codes = codec.encode(clip)
         text = add_punctuation(ref_text) if preprocess_prompt else ref_text
         return VoicePrompt(codes, text, rms)
 
-    # ------------------------------------------------------------------------------------------ synthesis
-    def settings(self, language: Optional[str] = None, instruct: Optional[str] = None, text: str = "",
-                 duration: Optional[float] = None, speed: float = 1.0, num_step: int = 32,
-                 guidance_scale: float = 2.0, t_shift: float = 0.1, layer_penalty_factor: float = 5.0,
-                 position_temperature: float = 5.0, class_temperature: float = 0.0, seed: Optional[int] = None,
-                 denoise: bool = True, postprocess_output: bool = True, chunk_duration: float = 15.0,
-                 chunk_threshold: float = 30.0) -> Settings:
-        """Validate and resolve user options (language names, instruct attributes) into pipeline Settings."""
-        from .text.languages import resolve_language
-        from .text.voice_design import instruct_uses_zh, resolve_instruct
-
-        lang = resolve_language(language)
-        inst = resolve_instruct(instruct, use_zh=instruct_uses_zh(text)) if instruct else None
-        if speed <= 0:
-            raise ValueError(f"speed must be > 0, got {speed}")
-        sampler = GenerationConfig(num_step=num_step, guidance_scale=guidance_scale, t_shift=t_shift,
-                                   layer_penalty_factor=layer_penalty_factor,
-                                   position_temperature=position_temperature, class_temperature=class_temperature)
-        return Settings(language=lang, instruct=inst, duration=duration, speed=speed, denoise=denoise,
-                        sampler=sampler, seed=seed, postprocess_output=postprocess_output,
-                        chunk_duration=chunk_duration, chunk_threshold=chunk_threshold)
-
-    def synthesize(self, text: str, *, language: Optional[str] = None, instruct: Optional[str] = None,
-                   ref_audio: Optional[AudioInput] = None, ref_text: Optional[str] = None,
-                   voice: Optional[VoicePrompt] = None, preprocess_prompt: bool = True,
-                   progress: Optional[ProgressCallback] = None, cancel: Optional[CancelCallback] = None,
-                   dump: Optional[str] = None, **options) -> SynthesisResult:
-        """Synthesize `text` to speech.
-
-        Voice: `voice` (from create_voice / VoicePrompt files), or `ref_audio` + `ref_text` (cloning), or
-        `instruct` (design: e.g. "female, low pitch, british accent"), or nothing (auto).
-        Options: duration, speed, num_step, guidance_scale, t_shift, layer_penalty_factor,
-        position_temperature, class_temperature, seed, denoise, postprocess_output, chunk_duration,
-        chunk_threshold. `progress(done, total)` is called after each MaskGIT step; `cancel()` returning
-        True stops with Cancelled. Returns audio (float32 mono), sample_rate and per-chunk tokens.
-        """
-        voice = self._voice(voice, ref_audio, ref_text, preprocess_prompt)
-        settings = self.settings(language, instruct, text, **options)
-        return self.pipeline.synthesize(text, settings, voice, progress, cancel,
-                                        Path(dump) if dump else None)
-
-    def stream(self, text: str, *, language: Optional[str] = None, instruct: Optional[str] = None,
-               ref_audio: Optional[AudioInput] = None, ref_text: Optional[str] = None,
-               voice: Optional[VoicePrompt] = None, preprocess_prompt: bool = True,
-               cancel: Optional[CancelCallback] = None, **options) -> Iterator[np.ndarray]:
-        """Yield audio (float32 mono at sample_rate) sentence by sentence; same options as synthesize."""
-        voice = self._voice(voice, ref_audio, ref_text, preprocess_prompt)
-        settings = self.settings(language, instruct, text, **options)
-        yield from self.pipeline.stream(text, settings, voice, cancel)
-
-    def _voice(self, voice, ref_audio, ref_text, preprocess_prompt) -> Optional[VoicePrompt]:
+    def _voice(self, voice: Optional[VoicePrompt], ref_audio: Optional[AudioInput], ref_text: Optional[str],
+               preprocess_prompt: bool) -> Optional[VoicePrompt]:
         if voice is not None:
             if ref_audio is not None:
                 raise ValueError("give either voice or ref_audio, not both")
+            if not isinstance(voice, VoicePrompt):
+                raise TypeError(f"voice must be a VoicePrompt, got {type(voice).__name__}")
             return voice
         if ref_audio is not None:
             return self.create_voice(ref_audio, ref_text, preprocess_prompt)
@@ -226,22 +214,177 @@ class OmniVoice:
             raise ValueError("ref_text was given without ref_audio: cloning needs the reference audio too")
         return None
 
+    # ------------------------------------------------------------------------------------------ synthesis
+    def settings(self, language: Optional[str] = None, instruct: Optional[str] = None, text: str = "",
+                 **options) -> Settings:
+        """Checked options as pipeline Settings (see make_settings)."""
+        return make_settings(text, language, instruct, **options)
+
+    def synthesize(self, text: str, *, language: Optional[str] = None, instruct: Optional[str] = None,
+                   ref_audio: Optional[AudioInput] = None, ref_text: Optional[str] = None,
+                   voice: Optional[VoicePrompt] = None, preprocess_prompt: bool = True,
+                   progress: Optional[ProgressCallback] = None, cancel: Optional[CancelCallback] = None,
+                   dump: Optional[Union[str, os.PathLike]] = None, **options) -> SynthesisResult:
+        """Synthesize `text` to speech.
+
+        Voice: `voice` (from create_voice / VoicePrompt files), or `ref_audio` + `ref_text` (cloning), or
+        `instruct` (design: e.g. "female, low pitch, british accent"), or nothing (auto).
+        Options (OPTIONS has the defaults): duration (seconds of generated speech, before padding),
+        speed, num_step, guidance_scale, t_shift, layer_penalty_factor, position_temperature,
+        class_temperature, seed (None or negative: random), denoise, postprocess_output (False keeps long
+        silences, as in the reference), pad_duration and fade_duration (the silence added at each end and the
+        fades, 0.1 s each; 0 for none), chunk_duration (<= 0: no chunking), chunk_threshold.
+        `progress(done, total)` is called after each MaskGIT step; `cancel()` returning True stops with
+        Cancelled. `dump` names a folder for prompt_ids.npy, logits0.npy and tokens_N.npy.
+        Returns audio (float32 mono), sample_rate and per-chunk tokens.
+        """
+        settings = make_settings(text, language, instruct, **options)
+        with self._lock:
+            voice = self._voice(voice, ref_audio, ref_text, preprocess_prompt)
+            return self._ready().synthesize(text, settings, voice, progress, cancel, Path(dump) if dump else None)
+
+    def generate_tokens(self, text: str, *, language: Optional[str] = None, instruct: Optional[str] = None,
+                        voice: Optional[VoicePrompt] = None, progress: Optional[ProgressCallback] = None,
+                        cancel: Optional[CancelCallback] = None, dump: Optional[Union[str, os.PathLike]] = None,
+                        **options) -> list[np.ndarray]:
+        """MaskGIT only, no audio: the int32 [8, T] tokens of every chunk (a debugging and timing aid).
+        Arguments as for synthesize."""
+        settings = make_settings(text, language, instruct, **options)
+        with self._lock:
+            pipeline = self._ready()
+            tokens, _ = pipeline.generate_tokens(text, settings, self._voice(voice, None, None, True), progress,
+                                                 cancel, Path(dump) if dump else None)
+            return tokens
+
+    def llm_logits(self, text: str, *, language: Optional[str] = None, instruct: Optional[str] = None,
+                   voice: Optional[VoicePrompt] = None, dump: Optional[Union[str, os.PathLike]] = None,
+                   **options) -> np.ndarray:
+        """One full LM forward of the first chunk's step-0 prompt: the conditional row's raw audio logits over
+        the target window, float32 [8, T, V] (a check against other implementations). With `dump`, also
+        writes prompt_ids.npy and llm_logits.npy there."""
+        settings = make_settings(text, language, instruct, **options)
+        with self._lock:
+            return self._ready().llm_test(text, settings, self._voice(voice, None, None, True),
+                                          Path(dump) if dump else None)
+
+    def speaker(self, *, language: Optional[str] = None, instruct: Optional[str] = None,
+                ref_audio: Optional[AudioInput] = None, ref_text: Optional[str] = None,
+                voice: Optional[VoicePrompt] = None, preprocess_prompt: bool = True,
+                cancel: Optional[CancelCallback] = None, **options) -> "Speaker":
+        """A Speaker: one voice kept across many calls, one sentence (or short text) at a time."""
+        make_settings("", language, instruct, **options)  # bad options fail here, not at the first sentence
+        with self._lock:
+            voice = self._voice(voice, ref_audio, ref_text, preprocess_prompt)
+        return Speaker(self, voice, language, instruct, cancel, options)
+
+    def stream(self, text: Union[str, Iterable[str]], *, language: Optional[str] = None,
+               instruct: Optional[str] = None, ref_audio: Optional[AudioInput] = None,
+               ref_text: Optional[str] = None, voice: Optional[VoicePrompt] = None, preprocess_prompt: bool = True,
+               cancel: Optional[CancelCallback] = None, **options) -> Iterator[np.ndarray]:
+        """Yield audio (float32 mono at sample_rate) sentence by sentence, each post-processed.
+
+        `text` is a string, or an iterable of pieces as they arrive (lines of a pipe, a chat model's output):
+        each sentence is synthesized as soon as the text after it shows it is complete. Without a voice, the
+        first sentence's voice is kept for the rest. Same options as synthesize; ValueError if no text comes.
+        """
+        from .text.sentences import complete_sentences, split_sentences
+
+        speaker = self.speaker(language=language, instruct=instruct, ref_audio=ref_audio, ref_text=ref_text,
+                               voice=voice, preprocess_prompt=preprocess_prompt, cancel=cancel, **options)
+        spoken = 0
+        for sentence in split_sentences(text) if isinstance(text, str) else complete_sentences(text):
+            yield speaker.say(sentence)
+            spoken += 1
+        if not spoken:
+            raise ValueError("text is empty: nothing to synthesize")
+
+    def dub(self, subtitles: Union[str, os.PathLike, Sequence], *, language: Optional[str] = None,
+            instruct: Optional[str] = None, ref_audio: Optional[AudioInput] = None, ref_text: Optional[str] = None,
+            voice: Optional[VoicePrompt] = None, preprocess_prompt: bool = True,
+            progress: Optional[ProgressCallback] = None, cancel: Optional[CancelCallback] = None,
+            **options) -> SynthesisResult:
+        """Speak subtitles on their timeline: `subtitles` is an SRT file or a list of audio.srt.Cue. Each cue is
+        synthesized to fill its slot (duration = the cue's length) in one voice and placed at its start time;
+        a cue without text stays silent. Same options as synthesize except duration."""
+        from .audio.srt import load_srt, place_cues
+
+        if "duration" in options:
+            raise TypeError("dub() takes each cue's duration from its times, not a duration option")
+        cues = load_srt(subtitles) if isinstance(subtitles, (str, os.PathLike)) else list(subtitles)
+        speaker = self.speaker(language=language, instruct=instruct, ref_audio=ref_audio, ref_text=ref_text,
+                               voice=voice, preprocess_prompt=preprocess_prompt, cancel=cancel, **options)
+        speaker._wording_text = " ".join(c.text for c in cues)  # Chinese or English instruct: from all cues
+        spoken = [c for c in cues if c.text.strip()]
+        steps = int(options.get("num_step", OPTIONS["num_step"]))
+        clips, tokens = [], []
+        for cue in cues:
+            if not cue.text.strip():
+                clips.append(np.zeros(0, np.float32))
+                continue
+            base = len(tokens) * steps
+            on_step = (lambda d, t, base=base: progress(base + d, len(spoken) * steps)) if progress else None
+            audio, toks = speaker._say(cue.text, max(cue.end - cue.start, 0.04), on_step)
+            clips.append(audio)
+            tokens.append(toks)
+        return SynthesisResult(place_cues(cues, clips, self.sample_rate), self.sample_rate, tokens,
+                               [c.text for c in spoken])
+
     # ------------------------------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Free the models' backend memory."""
-        for part in ("lm", "codec"):
-            obj = self.__dict__.pop(part, None)
-            if obj is not None:
-                obj.close()
-        rt = self.__dict__.pop("runtime", None)
-        if rt is not None:
-            rt.close()
+        """Free the models' backend memory (waits for a call in progress)."""
+        with self.__dict__.get("_lock") or threading.RLock():
+            self.pipeline = None
+            for part in ("lm", "codec"):
+                obj = self.__dict__.pop(part, None)
+                if obj is not None:
+                    obj.close()
+            rt = self.__dict__.pop("runtime", None)
+            if rt is not None:
+                rt.close()
 
     def __enter__(self) -> "OmniVoice":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Speaker:
+    """One voice across many calls, made by OmniVoice.speaker(): say(text) synthesizes one sentence (or a short
+    text) and returns its post-processed audio. Without a voice prompt, the first sentence's tokens and text
+    become the voice of the rest, as chunk 0 does in long form; one random generator runs through all calls.
+
+    Each say() holds the OmniVoice's lock; calls on one Speaker must not overlap (each continues the last),
+    while Speakers of one OmniVoice may be used from different threads.
+    """
+
+    def __init__(self, ov: OmniVoice, voice: Optional[VoicePrompt], language: Optional[str],
+                 instruct: Optional[str], cancel: Optional[CancelCallback], options: dict) -> None:
+        self._ov, self._voice, self._cancel = ov, voice, cancel
+        self._language, self._instruct, self._options = language, instruct, options
+        self._stream: Optional[SentenceStream] = None
+        self._wording_text: Optional[str] = None  # the text that decides Chinese or English instruct wording
+
+    @property
+    def voice(self) -> Optional[VoicePrompt]:
+        """The voice in use: the given one, or the first sentence's once it is spoken."""
+        return self._stream.voice if self._stream is not None else self._voice
+
+    def say(self, text: str, duration: Optional[float] = None,
+            progress: Optional[ProgressCallback] = None) -> np.ndarray:
+        """Audio of `text` in this voice, float32 mono; `duration` fixes its length in seconds."""
+        return self._say(text, duration, progress)[0]
+
+    def _say(self, text: str, duration: Optional[float], progress: Optional[ProgressCallback]
+             ) -> tuple[np.ndarray, np.ndarray]:
+        if duration is not None:
+            make_settings(duration=duration)
+        with self._ov._lock:
+            pipeline = self._ov._ready()
+            if self._stream is None:  # the first text decides the instruct wording (Chinese or English)
+                settings = make_settings(self._wording_text or text, self._language, self._instruct, **self._options)
+                self._stream = SentenceStream(pipeline, settings, self._voice, self._cancel)
+            return self._stream.say(text, duration, progress)
 
 
 def _check_pair(lm_meta: dict, codec_meta: dict, lm_path: Path, codec_path: Path) -> None:
@@ -251,7 +394,3 @@ def _check_pair(lm_meta: dict, codec_meta: dict, lm_path: Path, codec_path: Path
     if n_lm != n_codec or vocab is None or size is None or vocab != size + 1:
         raise ValueError(f"model {lm_path.name} ({n_lm} codebooks of {vocab} ids) and codec {codec_path.name} "
                          f"({n_codec} codebooks of {size} entries) do not belong together")
-    src_lm, src_codec = lm_meta.get("omnivoice.source_id"), codec_meta.get("omnivoice.source_id")
-    if src_lm and src_codec and src_lm != src_codec:
-        raise ValueError(f"model {lm_path.name} and codec {codec_path.name} were converted from different "
-                         f"checkpoints ({src_lm} vs {src_codec})")

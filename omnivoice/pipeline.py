@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -28,7 +28,6 @@ from .generate.philox import CudaPhiloxGenerator
 from .text.chunking import ChunkPlan, needs_chunking, plan_chunks
 from .text.request import prepare_request
 from .text.prompt import build_prompt
-from .text.sentences import split_sentences
 
 log = logging.getLogger("omnivoice")
 
@@ -56,8 +55,8 @@ class Settings:
     postprocess_output: bool = True
     chunk_duration: float = 15.0
     chunk_threshold: float = 30.0
-    pad_duration: float = 0.1
-    fade_duration: float = 0.1
+    pad_duration: float = 0.1              # seconds of silence added at each end of the output
+    fade_duration: float = 0.1             # seconds of fade-in and fade-out
 
 
 @dataclass
@@ -144,16 +143,18 @@ class Pipeline:
             np.save(dump / f"tokens_{index}.npy", tokens.astype(np.int32))
         return tokens
 
-    def llm_test(self, text: str, settings: Settings, voice: Optional[VoicePrompt], dump: Path) -> np.ndarray:
-        """One full LM forward of the first chunk's step-0 prompt; writes prompt_ids.npy and llm_logits.npy
-        (float32 [8, T, V]: the conditional row's raw audio logits over the target window) into `dump`."""
+    def llm_test(self, text: str, settings: Settings, voice: Optional[VoicePrompt],
+                 dump: Optional[Path] = None) -> np.ndarray:
+        """One full LM forward of the first chunk's step-0 prompt: the conditional row's raw audio logits over
+        the target window, float32 [8, T, V]; with `dump`, also written there (llm_logits.npy, prompt_ids.npy)."""
         plans = self.plan(text, settings, voice)
         prompt, lm_prompt = self._prompt(_chunk(plans, 0, [], voice), settings)
         with self.lm.session([lm_prompt], settings.sampler.guidance_scale, greedy=True, with_logits=True) as s:
-            logits = s.step([prompt.uncond_ids])[0]["cond_logits"]
-        dump.mkdir(parents=True, exist_ok=True)
-        np.save(dump / "prompt_ids.npy", prompt.cond_ids.astype(np.int32))
-        np.save(dump / "llm_logits.npy", logits.astype(np.float32))
+            logits = s.step([prompt.uncond_ids])[0]["cond_logits"].astype(np.float32)
+        if dump is not None:
+            dump.mkdir(parents=True, exist_ok=True)
+            np.save(dump / "prompt_ids.npy", prompt.cond_ids.astype(np.int32))
+            np.save(dump / "llm_logits.npy", logits)
         return logits
 
     def generate_tokens(self, text: str, settings: Settings, voice: Optional[VoicePrompt],
@@ -183,9 +184,10 @@ class Pipeline:
             log.debug("chunk %d/%d: %d frames, %r", i + 1, len(plans), plan.num_target_tokens, plan.text[:60])
             tokens.append(self.generate_chunk(_chunk(plans, i, tokens, voice), settings, rng, on_step, dump, i))
             # steps a short chunk skips (nothing to unmask) still count toward the total
-            done[0] = (i + 1) * settings.sampler.num_step
-            if progress is not None:
-                progress(done[0], total)
+            if done[0] != (i + 1) * settings.sampler.num_step:
+                done[0] = (i + 1) * settings.sampler.num_step
+                if progress is not None:
+                    progress(done[0], total)
         return tokens, [p.text for p in plans]
 
     # ------------------------------------------------------------------------------------------ audio
@@ -215,13 +217,6 @@ class Pipeline:
         return SynthesisResult(final.astype(np.float32, copy=False), self.sample_rate, tokens, texts,
                                {"generate": t1 - t0, "decode": t2 - t1, "postprocess": t3 - t2})
 
-    def stream(self, text: str, settings: Settings, voice: Optional[VoicePrompt] = None,
-               cancel: Optional[CancelCallback] = None) -> Iterator[np.ndarray]:
-        """Yield finished audio sentence by sentence (see SentenceStream)."""
-        stream = SentenceStream(self, settings, voice, cancel)
-        for sentence in split_sentences(text):
-            yield stream.say(sentence)
-
 
 class SentenceStream:
     """Synthesizes one sentence at a time with a steady voice: without a voice prompt, the first sentence's
@@ -235,14 +230,16 @@ class SentenceStream:
         self.post_settings = settings
         self.rng = make_rng(settings.seed)
 
-    def say(self, sentence: str, duration: Optional[float] = None) -> np.ndarray:
-        """Audio for one sentence (post-processed), optionally of a fixed duration in seconds."""
+    def say(self, sentence: str, duration: Optional[float] = None, progress: Optional[ProgressCallback] = None
+            ) -> tuple[np.ndarray, np.ndarray]:
+        """Audio (post-processed) and tokens of one sentence, optionally of a fixed duration in seconds."""
         settings = replace(self.settings, duration=duration) if duration is not None else self.settings
-        tokens, _ = self.pipeline.generate_tokens(sentence, settings, self.voice, cancel=self.cancel, rng=self.rng)
+        tokens, _ = self.pipeline.generate_tokens(sentence, settings, self.voice, progress, self.cancel,
+                                                  rng=self.rng)
         audio = self.pipeline.finish(self.pipeline.decode(tokens), self.voice, self.post_settings)
         if self.voice is None:
             self.voice = VoicePrompt(tokens[0], sentence, None)
-        return audio.astype(np.float32, copy=False)
+        return audio.astype(np.float32, copy=False), tokens[0]
 
 
 def _chunk(plans: list[ChunkPlan], i: int, tokens: list[np.ndarray], voice: Optional[VoicePrompt]) -> Chunk:

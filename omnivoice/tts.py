@@ -1,61 +1,99 @@
 """`python -m omnivoice.tts`: text to speech from the command line.
 
-Argument parsing and I/O only: every decision is the API's (omnivoice.api.OmniVoice).
+Argument parsing and I/O only, through the public API (omnivoice.api): every input is checked before the model
+is loaded or converted, so a typo costs no minute of loading. Exit statuses: omnivoice.cli.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import logging
+import os
+import stat
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_OOM, EXIT_CANCELLED = 0, 1, 2, 3, 130
+from . import cli
 
-EPILOG = """\
-exit status: 0 success, 2 bad input (text, options, files), 1 internal failure, 3 out of memory,
-130 interrupted.
+FORMATS = ("wav16", "wav24", "wav32", "flac", "ogg", "opus", "mp3")
+
+EPILOG = f"""\
+output formats: by the name's extension (.wav, .flac, .ogg, .opus, .mp3) or --format: wav16, wav24, wav32
+(float), flac (16-bit), ogg (Vorbis), opus (Ogg/Opus), mp3. -o - streams WAV to stdout.
+
+--duration fixes the length of the generated speech; post-processing then trims long silences inside it and adds
+0.1 s of silence at each end, so the file is about 0.2 s longer. With --no-postprocess it is exactly that long
+(in 40 ms frames).
+
+{cli.EXIT_STATUS_HELP}.
 
 examples:
   python -m omnivoice.tts "Hello world." -o hello.wav
-  echo "Long text ..." | python -m omnivoice.tts --model ./OmniVoice -o out.wav --lang English
-  python -m omnivoice.tts "Hi!" --ref-wav me.wav --ref-text "Transcript of me.wav." -o cloned.wav
+  echo "Long text ..." | python -m omnivoice.tts --model ./OmniVoice -o out.mp3 --lang English
+  python -m omnivoice.tts "Hi!" --ref-wav me.wav --ref-text "Transcript of me.wav." -o cloned.flac
   python -m omnivoice.tts "Hi!" --instruct "female, low pitch, british accent" -o designed.wav
   cat book.txt | python -m omnivoice.tts -o - | aplay
 """
+
+# API option name -> the flag that sets it, for error messages in the user's terms
+FLAGS = {"language": "--lang", "instruct": "--instruct", "duration": "--duration", "speed": "--speed",
+         "seed": "--seed", "num_step": "--steps", "guidance_scale": "--guidance-scale", "t_shift": "--t-shift",
+         "layer_penalty_factor": "--layer-penalty", "position_temperature": "--position-temperature",
+         "class_temperature": "--class-temperature", "chunk_duration": "--chunk-duration",
+         "chunk_threshold": "--chunk-threshold"}
+
+
+def _threads(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value!r}")
+    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m omnivoice.tts", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="OmniVoice text to speech (24 kHz mono WAV) on ggml.")
+                                description="OmniVoice text to speech (24 kHz mono) on ggml.")
     p.add_argument("text", nargs="?", help="text to synthesize (default: read stdin)")
     g = p.add_argument_group("model")
-    g.add_argument("--model", help="LM GGUF, OmniVoice checkpoint directory or Hugging Face repo id "
-                                   "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
+    g.add_argument("--model", help="LM GGUF, folder of converted GGUFs (as omnivoice.convert writes it), OmniVoice "
+                                   "checkpoint directory or Hugging Face repo id (default: $OMNIVOICE_MODEL, "
+                                   "else k2-fsa/OmniVoice; checkpoints are converted once into $OMNIVOICE_CACHE, "
+                                   "else ~/.cache/omnivoice)")
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
     g.add_argument("--quant", default="auto", choices=["auto", "f32", "f16", "bf16", "q8_0"],
-                   help="LM weight type when converting a checkpoint directory (default auto: bf16 on CUDA, "
-                        "f16 on other GPUs, f32 on the CPU)")
+                   help="LM weight type: what a checkpoint is converted to, or which file of a folder is used "
+                        "(default auto: bf16 on CUDA, f16 on other GPUs, f32 on the CPU)")
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
-    g.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    g.add_argument("--threads", type=_threads,
+                   help="CPU threads (default: $OMNIVOICE_THREADS, else the cores this process may use less those "
+                        "busy with other work, by the load average: a thread sharing a busy core slows all)")
     g.add_argument("--list-devices", action="store_true", help="print the usable backends and devices, exit")
+    g.add_argument("--list-languages", action="store_true", help="print the language ids and names, exit")
 
     g = p.add_argument_group("input and output")
     g.add_argument("-o", "--output", default="output.wav",
-                   help="output WAV (default output.wav); '-' streams WAV to stdout as sentences finish")
-    g.add_argument("--srt", help="dub an SRT file: each cue in its time slot, one timeline WAV")
-    g.add_argument("--format", default="wav16", choices=["wav16", "wav24", "wav32"], help="WAV sample format")
+                   help="output file (default output.wav), format by extension; '-' streams WAV to stdout as "
+                        "sentences finish")
+    g.add_argument("--format", choices=FORMATS, help="output format (default: from the output's extension, "
+                                                      "else wav16)")
+    g.add_argument("--srt", help="dub an SRT file: each cue in its time slot, one timeline")
     g.add_argument("--stream-by-line", action="store_true",
-                   help="with -o -: synthesize each input line as it arrives, one WAV header per line")
+                   help="with -o - to a pipe: synthesize each input line as it arrives, one WAV per line "
+                        "(to a file: one WAV)")
 
     g = p.add_argument_group("voice")
-    g.add_argument("--lang", help="language name or code (default: none)")
+    g.add_argument("--lang", help="language name or code (default: none; --list-languages)")
     g.add_argument("--instruct", help="voice design attributes, e.g. 'female, low pitch, british accent'")
     g.add_argument("--ref-wav", help="reference audio for voice cloning")
-    g.add_argument("--ref-text", help="transcript of the reference (a file path, or the text itself)")
+    g.add_argument("--ref-text", help="transcript of the reference: the text itself, or a file holding it (a "
+                                      "value ending in .txt, or a path without spaces, must name a file)")
     g.add_argument("--ref-rvq", help="pre-encoded reference codes (.rvq from python -m omnivoice.codec or "
                                      "--save-voice; its transcript comes from --ref-text or FILE.rvq.txt)")
     g.add_argument("--save-voice", metavar="FILE.rvq",
@@ -65,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-denoise", action="store_true", help="omit the <|denoise|> token")
 
     g = p.add_argument_group("generation")
-    g.add_argument("--duration", type=float, help="output duration in seconds (default: estimated)")
+    g.add_argument("--duration", type=float,
+                   help="length of the generated speech in seconds, before the padding (default: estimated from "
+                        "the text; see below)")
     g.add_argument("--speed", type=float, default=1.0, help="speaking rate factor (default 1.0)")
     g.add_argument("--seed", type=int, default=-1, help="sampling seed (default -1: random)")
     g.add_argument("--steps", type=int, default=32, help="MaskGIT steps (default 32; fewer is faster)")
@@ -78,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="long-form chunk length in seconds (default 15; <= 0 disables chunking)")
     g.add_argument("--chunk-threshold", type=float, default=30.0,
                    help="chunk only above this estimated duration in seconds (default 30)")
-    g.add_argument("--no-postprocess", action="store_true", help="keep silences, skip loudness and fades")
+    g.add_argument("--no-postprocess", action="store_true",
+                   help="the speech as generated: no silence trimming, fades or padding (the loudness is still "
+                        "matched to the reference, or peak-normalised without one)")
 
     g = p.add_argument_group("debug")
     g.add_argument("--no-fa", action="store_true", help="disable flash attention")
@@ -87,29 +129,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one full LM forward; writes prompt_ids.npy and llm_logits.npy into --dump DIR")
     g.add_argument("--dump", metavar="DIR", help="write prompt_ids.npy, logits0.npy, tokens_N.npy into DIR")
     g.add_argument("--maskgit-test", action="store_true",
-                   help="run the MaskGIT decoder only (no codec decode, no WAV); use with --dump")
+                   help="run the MaskGIT decoder only (no codec decode, no audio file); use with --dump")
     g.add_argument("--quiet", "-q", action="store_true", help="no progress or summary on stderr")
     g.add_argument("--verbose", "-v", action="store_true", help="log details on stderr")
     return p
 
 
-class Progress:
-    """A one-line progress bar on stderr (only on a terminal)."""
+@dataclass
+class Inputs:
+    """Everything read and checked before the model loads."""
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.t0 = time.perf_counter()
+    text: Optional[str]            # None: read stdin as it arrives (-o -) or dub cues
+    options: dict
+    fmt: str
+    ref_text: Optional[str] = None
+    voice: object = None           # a VoicePrompt from --ref-rvq
+    cues: Optional[list] = None
 
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        fill = int(width * done / max(total, 1))
-        sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} steps "
-                         f"{time.perf_counter() - self.t0:5.1f}s")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
+
+def synthesis_options(args) -> dict:
+    post = not args.no_postprocess
+    return dict(language=args.lang, instruct=args.instruct, duration=args.duration, speed=args.speed,
+                seed=args.seed, num_step=args.steps, guidance_scale=args.guidance_scale, t_shift=args.t_shift,
+                layer_penalty_factor=args.layer_penalty, position_temperature=args.position_temperature,
+                class_temperature=args.class_temperature, denoise=not args.no_denoise,
+                postprocess_output=post, pad_duration=0.1 if post else 0.0, fade_duration=0.1 if post else 0.0,
+                chunk_duration=args.chunk_duration, chunk_threshold=args.chunk_threshold)
 
 
 def read_text(args) -> str:
@@ -120,27 +165,57 @@ def read_text(args) -> str:
     return sys.stdin.read()
 
 
-def read_ref_text(value: str | None) -> str | None:
+def read_ref_text(value: Optional[str]) -> Optional[str]:
+    """--ref-text: the transcript, or the file holding it. A value that looks like a file name (ends in .txt,
+    or is a path without spaces) but names no file is an error, not a transcript."""
     if value is None:
         return None
-    path = Path(value)
+    path = Path(value).expanduser()
     if len(value) < 4096 and path.is_file():
-        return path.read_text(encoding="utf-8").strip()
+        try:
+            return path.read_text(encoding="utf-8").strip()
+        except UnicodeDecodeError as e:
+            raise ValueError(f"--ref-text {value}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    one_word = not any(c.isspace() for c in value.strip())
+    if value.strip().lower().endswith(".txt") and "\n" not in value or one_word and ("/" in value or os.sep in value):
+        raise FileNotFoundError(f"--ref-text {value}: no such file (to pass the transcript itself, write it out)")
     return value
 
 
-def synthesis_options(args) -> dict:
-    return dict(language=args.lang, instruct=args.instruct, duration=args.duration, speed=args.speed,
-                seed=args.seed, num_step=args.steps, guidance_scale=args.guidance_scale, t_shift=args.t_shift,
-                layer_penalty_factor=args.layer_penalty, position_temperature=args.position_temperature,
-                class_temperature=args.class_temperature, denoise=not args.no_denoise,
-                postprocess_output=not args.no_postprocess, chunk_duration=args.chunk_duration,
-                chunk_threshold=args.chunk_threshold)
+def check_output(path: str, what: str = "-o") -> None:
+    """The output can be written: not a folder, its folder exists and is writable."""
+    if path == "-":
+        return
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise IsADirectoryError(f"{what} {path}: is a directory; give a file name")
+    if p.exists() and not p.is_file():
+        return  # /dev/null, a named pipe: written in place
+    parent = p.parent
+    if not parent.is_dir():
+        raise FileNotFoundError(f"{what} {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"{what} {path}: the folder {parent} is not writable")
 
 
-def load_voice(ov, args):
-    """The voice prompt from --ref-wav / --ref-rvq (+ --ref-text), or None."""
-    from .codec.voice import VoicePrompt
+def check_inputs(args) -> Inputs:
+    """Read and check every input that can be checked without the model (files, option values, formats)."""
+    from .api import OptionError, check_options
+    from .audio.io import load_audio, output_format
+
+    if args.output == "-" and args.format not in (None, "wav16", "wav24", "wav32"):
+        raise ValueError(f"-o - streams WAV; --format {args.format} needs a file name")
+    fmt = output_format(args.output, args.format)
+    if not (args.llm_test or args.maskgit_test):
+        check_output(args.output)
+    if args.save_voice:
+        check_output(args.save_voice, "--save-voice")
+    if args.llm_test and not args.dump:
+        raise ValueError("--llm-test writes its logits into --dump DIR: give --dump")
+    if args.dump and Path(args.dump).exists() and not Path(args.dump).is_dir():
+        raise NotADirectoryError(f"--dump {args.dump}: not a folder")
+    if args.srt and args.duration is not None:
+        raise ValueError("--duration does not apply to --srt: each cue is as long as its time slot")
 
     if args.ref_wav and args.ref_rvq:
         raise ValueError("give --ref-wav or --ref-rvq, not both")
@@ -149,73 +224,81 @@ def load_voice(ov, args):
         raise ValueError("--ref-wav needs --ref-text (the transcript of the reference audio)")
     if ref_text and not (args.ref_wav or args.ref_rvq):
         raise ValueError("--ref-text was given without --ref-wav or --ref-rvq")
+    if args.save_voice and not (args.ref_wav or args.ref_rvq):
+        raise ValueError("--save-voice saves the reference of --ref-wav (or --ref-rvq): give one")
+    voice = None
     if args.ref_wav:
-        voice = ov.create_voice(args.ref_wav, ref_text, preprocess_prompt=not args.no_preprocess_prompt)
+        load_audio(args.ref_wav)  # a missing or unreadable reference fails now, not after loading
     elif args.ref_rvq:
+        from .codec.voice import VoicePrompt
+
         voice = VoicePrompt.load(args.ref_rvq, ref_text)
+
+    cues = None
+    incremental = args.output == "-" and args.text is None and not (args.srt or args.llm_test or args.maskgit_test)
+    if args.srt:
+        from .audio.srt import load_srt
+
+        cues = load_srt(args.srt)
+        text = None
+        sample = " ".join(c.text for c in cues)
+    elif incremental:
+        text, sample = None, ""
     else:
-        return None
-    if args.save_voice:
-        voice.save(args.save_voice)
-    return voice
+        text = sample = read_text(args)
+        if not text.strip():
+            raise ValueError("text is empty: nothing to synthesize")
+    options = synthesis_options(args)
+    try:
+        check_options(sample, **options)
+    except OptionError as e:
+        raise ValueError(f"{FLAGS.get(e.option, e.option)} {e.problem}, got {e.value!r}") from None
+    return Inputs(text, options, fmt, ref_text, voice, cues)
 
 
 def run(args) -> int:
     from .api import OmniVoice
-    from .audio.io import write_wav
+    from .audio.io import write_audio
 
-    # -o - with text on stdin reads it as it arrives: synthesis starts at the first finished sentence
-    incremental = args.output == "-" and args.text is None and not args.srt and not args.llm_test \
-        and not args.maskgit_test
-    text = None if args.srt or incremental else read_text(args)
+    inputs = check_inputs(args)
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     t0 = time.perf_counter()
     with OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads, quant=args.quant,
                    flash_attn=False if args.no_fa else None, clamp_fp16=args.clamp_fp16) as ov:
-        say(f"model {ov.model_path.name} on {ov.runtime.device.spec} ({ov.runtime.device.description}), "
-            f"loaded in {time.perf_counter() - t0:.1f}s")
-        voice = load_voice(ov, args)
-        opts = synthesis_options(args)
-        progress = Progress(not args.quiet)
+        rt = ov.runtime
+        say(f"model {ov.model_path.name} + {ov.codec_path.name} on {rt.device.spec} ({rt.device.description}, "
+            f"{rt.n_threads} thread{'s' if rt.n_threads != 1 else ''}), loaded in {time.perf_counter() - t0:.1f}s")
+        voice = inputs.voice
+        if args.ref_wav:
+            voice = ov.create_voice(args.ref_wav, inputs.ref_text, preprocess_prompt=not args.no_preprocess_prompt)
+        if args.save_voice:
+            voice.save(args.save_voice)
+        opts, text = inputs.options, inputs.text
+        progress = cli.Progress(not args.quiet)
 
         if args.llm_test:
-            if not args.dump:
-                raise ValueError("--llm-test writes its logits into --dump DIR: give --dump")
-            logits = ov.pipeline.llm_test(text, ov.settings(text=text, **opts), voice, Path(args.dump))
+            logits = ov.llm_logits(text, voice=voice, dump=args.dump, **opts)
             say(f"wrote {args.dump}/llm_logits.npy {tuple(logits.shape)}")
-            return EXIT_OK
-
+            return cli.EXIT_OK
         if args.maskgit_test:
-            settings = ov.settings(text=text, **opts)
-            tokens, _ = ov.pipeline.generate_tokens(text, settings, voice, progress,
-                                                    dump=Path(args.dump) if args.dump else None)
+            tokens = ov.generate_tokens(text, voice=voice, progress=progress, dump=args.dump, **opts)
             say(f"{len(tokens)} chunk(s), {sum(t.shape[1] for t in tokens)} frames")
-            return EXIT_OK
-
-        if args.srt:
-            from .audio.srt import load_srt, place_cues
-            from .pipeline import SentenceStream
-
-            cues = load_srt(args.srt)
-            stream = SentenceStream(ov.pipeline, ov.settings(text=" ".join(c.text for c in cues), **opts), voice)
-            clips = []
-            for i, cue in enumerate(cues):
-                clips.append(stream.say(cue.text, duration=max(cue.end - cue.start, 0.04)))
-                progress(i + 1, len(cues))
-            audio = place_cues(cues, clips, ov.sample_rate)
-            write_wav(args.output, audio, ov.sample_rate, args.format)
-            say(f"wrote {args.output}: {len(cues)} cues, {len(audio) / ov.sample_rate:.2f}s")
-            return EXIT_OK
-
+            return cli.EXIT_OK
+        if inputs.cues is not None:
+            opts.pop("duration")
+            result = ov.dub(inputs.cues, voice=voice, progress=progress, **opts)
+            write_audio(args.output, result.audio, result.sample_rate, inputs.fmt)
+            say(f"wrote {args.output}: {len(inputs.cues)} cues, {result.duration:.2f}s")
+            return cli.EXIT_OK
         if args.output == "-":
-            return stream_stdout(ov, args, text, voice, opts)
+            return stream_stdout(ov, args, text, voice, opts, inputs.fmt)
 
         result = ov.synthesize(text, voice=voice, progress=progress, dump=args.dump, **opts)
-        write_wav(args.output, result.audio, result.sample_rate, args.format)
+        write_audio(args.output, result.audio, result.sample_rate, inputs.fmt)
         took = time.perf_counter() - t0
         say(f"wrote {args.output}: {result.duration:.2f}s of audio in {len(result.tokens)} chunk(s), "
             f"{took:.1f}s (RTF {took / max(result.duration, 1e-9):.2f})")
-    return EXIT_OK
+    return cli.EXIT_OK
 
 
 def stdin_lines():
@@ -225,41 +308,45 @@ def stdin_lines():
     yield from iter(sys.stdin.readline, "")
 
 
-def stream_stdout(ov, args, text, voice, opts: dict) -> int:
-    """-o -: WAV to stdout, written sentence by sentence (one WAV per input line with --stream-by-line)."""
+def stream_stdout(ov, args, text: Optional[str], voice, opts: dict, fmt: str) -> int:
+    """-o -: WAV to stdout, written sentence by sentence. With --stream-by-line to a pipe, one WAV per input
+    line; to a regular file (a redirect), always one WAV, whose header is completed at the end."""
     from .audio.io import WavStreamWriter
-    from .pipeline import SentenceStream
-    from .text.sentences import complete_sentences, split_sentences
+    from .text import split_sentences
 
     out = sys.stdout.buffer
+    try:
+        to_file = stat.S_ISREG(os.fstat(out.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):  # not a real file descriptor
+        to_file = False
     lines = stdin_lines() if text is None else iter(text.splitlines(keepends=True))
-    stream = None
-
-    def say(sentence: str):
-        nonlocal stream
-        if stream is None:  # the first sentence decides Chinese or English voice-design wording
-            stream = SentenceStream(ov.pipeline, ov.settings(text=sentence, **opts), voice)
-        return stream.say(sentence)
-
-    if args.stream_by_line:
-        spoken = 0
+    if not args.stream_by_line:
+        audio = ov.stream(lines, voice=voice, **opts)
+        first = next(audio)  # an empty text raises here, before the WAV header goes out
+        with WavStreamWriter(out, ov.sample_rate, fmt) as writer:
+            writer.write(first)
+            for chunk in audio:
+                writer.write(chunk)
+        return cli.EXIT_OK
+    speaker = ov.speaker(voice=voice, **opts)
+    writer = None
+    try:
         for line in lines:
-            if line.strip():
-                with WavStreamWriter(out, ov.sample_rate, args.format) as writer:
-                    for sentence in split_sentences(line):
-                        writer.write(say(sentence))
-                        spoken += 1
-        if not spoken:
-            raise ValueError("text is empty: nothing to synthesize")
-        return EXIT_OK
-    sentences = complete_sentences(lines)
-    first = next(sentences, None)
-    if first is None:  # checked before the WAV header goes out
+            sentences = split_sentences(line)
+            if not sentences:
+                continue
+            if writer is None or not to_file:
+                if writer is not None:
+                    writer.close()
+                writer = WavStreamWriter(out, ov.sample_rate, fmt)
+            for sentence in sentences:
+                writer.write(speaker.say(sentence))
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
         raise ValueError("text is empty: nothing to synthesize")
-    with WavStreamWriter(out, ov.sample_rate, args.format) as writer:
-        for sentence in itertools.chain([first], sentences):
-            writer.write(say(sentence))
-    return EXIT_OK
+    return cli.EXIT_OK
 
 
 def list_devices() -> int:
@@ -268,35 +355,31 @@ def list_devices() -> int:
     for d in devices():
         mem = f"{d.memory_total / 2**30:.1f} GiB" if d.memory_total else "n/a"
         print(f"{d.spec:<10} {d.kind:<5} {d.name:<12} {d.description} ({mem})")
-    return EXIT_OK
+    return cli.EXIT_OK
+
+
+def list_languages() -> int:
+    from .text.lang_table import LANG_NAME_TO_ID
+    from .text.languages import lang_display_name
+
+    for name in sorted(LANG_NAME_TO_ID):
+        print(f"{LANG_NAME_TO_ID[name]:<12} {lang_display_name(name)}")
+    return cli.EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status (see omnivoice.cli)."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING if not args.quiet else
-                        logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    # the package says what it does at INFO (a conversion, which files of a folder it uses); libraries only warn
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
+                        format="%(message)s" if not args.verbose else "%(levelname)s %(name)s: %(message)s")
+    if not args.quiet and not args.verbose:
+        logging.getLogger("omnivoice").setLevel(logging.INFO)
     if args.list_devices:
-        return list_devices()
-    from .pipeline import Cancelled
-
-    try:
-        return run(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_CANCELLED
-    except Cancelled as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_CANCELLED
-    except (ValueError, FileNotFoundError, IsADirectoryError, PermissionError, TypeError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except MemoryError as e:
-        print(f"error: out of memory: {e}", file=sys.stderr)
-        return EXIT_OOM
-    except Exception as e:  # an internal failure: say what, keep the traceback for --verbose
-        logging.getLogger("omnivoice").debug("internal failure", exc_info=True)
-        print(f"error: internal failure: {type(e).__name__}: {e}", file=sys.stderr)
-        return EXIT_INTERNAL
+        return cli.run(list_devices)
+    if args.list_languages:
+        return cli.run(list_languages)
+    return cli.run(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import omnivoice
-from omnivoice.api import _check_pair, resolve_model
+from omnivoice.api import _check_pair
+from omnivoice.resolve import resolve_model
 from omnivoice.codec.voice import VoicePrompt
 from omnivoice.pipeline import Cancelled
 
@@ -112,7 +113,7 @@ def test_checkpoint_directory_is_converted_once(tiny_checkpoint, tmp_path, monke
 
 
 def test_checkpoint_is_converted_to_the_backends_weight_type(tiny_checkpoint, tmp_path, monkeypatch, runtime):
-    from omnivoice.api import default_quant
+    from omnivoice.resolve import default_quant
 
     monkeypatch.setenv("OMNIVOICE_CACHE", str(tmp_path))
     with omnivoice.OmniVoice(str(tiny_checkpoint), backend=runtime.device.spec) as ov:
@@ -121,10 +122,79 @@ def test_checkpoint_is_converted_to_the_backends_weight_type(tiny_checkpoint, tm
     assert (default_quant("CPU"), default_quant("CUDA"), default_quant("Vulkan")) == ("f32", "bf16", "f16")
 
 
-def test_repo_id_that_cannot_be_had_is_a_clear_error(monkeypatch, tmp_path):
-    from omnivoice.api import ModelNotAvailable
+def test_repo_id_offline_and_not_cached_is_a_download_error(monkeypatch, tmp_path):
+    from omnivoice.resolve import DownloadError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
-    with pytest.raises(ModelNotAvailable, match="nobody/no-such-omnivoice"):
+    with pytest.raises(DownloadError, match="nobody/no-such-omnivoice"):
         resolve_model("nobody/no-such-omnivoice")
+
+
+def test_progress_reports_each_step_once(ov):
+    seen = []
+    ov.synthesize("One. " * 3, num_step=3, progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_stream_takes_text_as_it_arrives(ov):
+    whole = list(ov.stream("First one. Second one.", num_step=4, seed=2))
+    pieces = list(ov.stream(iter(["First ", "one. Sec", "ond one."]), num_step=4, seed=2))
+    assert len(pieces) == 2
+    for a, b in zip(whole, pieces):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="empty"):
+        list(ov.stream(iter(["  ", "\n"])))
+
+
+def test_speaker_keeps_the_first_sentences_voice(ov):
+    speaker = ov.speaker(num_step=4, seed=1, postprocess_output=False)
+    assert speaker.voice is None
+    first = speaker.say("Hello there.")
+    assert speaker.voice is not None and speaker.voice.text == "Hello there."
+    fixed = speaker.say("And again.", duration=0.8)
+    assert first.dtype == np.float32 and len(fixed) == int(0.8 * 24000) + 2 * 2400  # 0.1 s padding each end
+
+
+def test_dub_places_cues_and_keeps_empty_ones_silent(ov):
+    from omnivoice.audio.srt import Cue
+
+    cues = [Cue(1, 0.0, 0.8, "Hello there."), Cue(2, 1.0, 1.4, ""), Cue(3, 1.5, 2.2, "Goodbye now.")]
+    r = ov.dub(cues, num_step=4, seed=0)
+    assert r.sample_rate == 24000 and abs(r.duration - 2.2) < 1e-3
+    assert len(r.tokens) == 2 and r.texts == ["Hello there.", "Goodbye now."]
+    assert np.abs(r.audio[int(0.85 * 24000):int(1.45 * 24000)]).max() == 0
+
+
+def test_no_padding_gives_the_duration_asked_for(ov):
+    r = ov.synthesize("Exactly one second.", duration=1.0, postprocess_output=False, pad_duration=0,
+                      fade_duration=0, num_step=4, seed=0)
+    assert len(r.audio) == 24000
+    r = ov.synthesize("Exactly one second.", duration=1.0, postprocess_output=False, num_step=4, seed=0)
+    assert len(r.audio) == 24000 + 2 * 2400  # the reference's 0.1 s at each end
+
+
+def test_debug_entry_points(ov, tmp_path):
+    tokens = ov.generate_tokens("Good morning.", num_step=4, seed=0, dump=tmp_path)
+    assert len(tokens) == 1 and tokens[0].shape[0] == 8
+    np.testing.assert_array_equal(np.load(tmp_path / "tokens_0.npy"), tokens[0])
+    logits = ov.llm_logits("Good morning.")
+    assert logits.dtype == np.float32 and logits.shape == (8, tokens[0].shape[1], 1025)
+
+
+def test_bad_options_fail_before_any_work(ov):
+    from omnivoice.api import OptionError
+
+    with pytest.raises(OptionError, match="num_step must be an integer >= 1"):
+        ov.synthesize("Hi.", num_step=0)
+    with pytest.raises(OptionError, match="duration"):
+        ov.speaker(duration=float("inf"))
+
+
+def test_a_closed_object_says_so(tiny_gguf):
+    ov = omnivoice.OmniVoice(str(tiny_gguf["f32"]), str(tiny_gguf["codec"]), backend="cpu")
+    ov.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        ov.synthesize("Hi.")
+    with pytest.raises(ValueError, match="n_threads"):
+        omnivoice.OmniVoice(str(tiny_gguf["f32"]), n_threads=0)

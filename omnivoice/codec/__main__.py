@@ -1,12 +1,16 @@
 """python -m omnivoice.codec: audio <-> .rvq codes with the Higgs Audio v2 codec.
 
     python -m omnivoice.codec --model omnivoice-tokenizer-F32.gguf -i clip.wav     # writes clip.rvq
-    python -m omnivoice.codec --model omnivoice-tokenizer-F32.gguf -i clip.rvq     # writes clip.wav
+    python -m omnivoice.codec --model models -i clip.rvq -o clip.flac               # a folder of converted GGUFs
+
+An output name the user did not give never replaces a file: decoding clip.rvq beside an existing clip.wav writes
+clip.decoded.wav, and when that exists too (or clip.rvq exists when encoding) it stops and asks for -o.
 
 Encoding applies the voice-cloning reference preprocessing of the TTS (downmix, resampling to 24 kHz, RMS
 auto-gain, silence trim, truncation to whole frames; --no-preprocess keeps all but the silence trim, as the
 reference's preprocess_prompt=False does) and stores the clip's RMS in the .rvq header, so the file can stand
-in for the WAV as a cloning prompt. Decoding writes the raw decoder output (no post-processing).
+in for the WAV as a cloning prompt. Decoding writes the raw decoder output (no post-processing), in the format of the output's extension or --format.
+Exit statuses: omnivoice.cli.
 """
 
 from __future__ import annotations
@@ -16,22 +20,28 @@ import sys
 import time
 from pathlib import Path
 
-from ..audio import AudioFileError, load_audio, preprocess_reference, write_wav
-from ..audio.io import WAV_FORMATS
+from .. import cli
+from ..audio import load_audio, preprocess_reference
+from ..audio.io import OUTPUT_FORMATS, output_format, write_audio
 from .rvq_format import MAGIC, RvqFormatError, read_rvq, save_rvq
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m omnivoice.codec",
-        description="Audio tokenizer round trip: audio -> .rvq codes, .rvq codes -> WAV.",
-        epilog="Output is named after the input unless -o is given: clip.wav -> clip.rvq, clip.rvq -> clip.wav.")
-    ap.add_argument("--model", required=True, help="codec GGUF (omnivoice-tokenizer-*.gguf)")
+        description="Audio tokenizer round trip: audio -> .rvq codes, .rvq codes -> audio.",
+        epilog="Output is named after the input unless -o is given: clip.wav -> clip.rvq, clip.rvq -> clip.wav "
+               "(clip.decoded.wav when clip.wav exists; an existing file is replaced only when named with -o). "
+               "Decoded audio: format by the -o extension (.wav, .flac, .ogg, .opus, .mp3) or --format. "
+               + cli.EXIT_STATUS_HELP + ".")
+    ap.add_argument("--model", required=True,
+                    help="codec GGUF (omnivoice-tokenizer-F32.gguf), or a folder of converted GGUFs holding it")
     ap.add_argument("-i", "--input", required=True,
                     help="input: a .rvq file decodes; any audio file soundfile reads encodes")
     ap.add_argument("-o", "--output", help="output path (default: next to the input, extension swapped)")
-    ap.add_argument("--format", default="wav16", choices=sorted(WAV_FORMATS),
-                    help="WAV sample format when decoding (default: wav16)")
+    ap.add_argument("--format", choices=list(OUTPUT_FORMATS),
+                    help="audio format when decoding: wav16, wav24, wav32, flac, ogg (Vorbis), opus, mp3 "
+                         "(default: from the -o extension, else wav16)")
     ap.add_argument("--backend", default="auto", help="ggml backend: auto, cpu, cuda, cuda:1, vulkan, ...")
     ap.add_argument("--encode-backend", default=None,
                     help="backend for encoding only (default: --backend). On CUDA, ggml's F32 matrix products run "
@@ -54,9 +64,10 @@ def _is_rvq(path: Path) -> bool:
 
 
 def _load(args: argparse.Namespace, part: str):
+    from ..resolve import resolve_codec
     from .audio_codec import load_codec
 
-    return load_codec(args.model, args.backend, threads=args.threads, parts=(part,),
+    return load_codec(resolve_codec(args.model), args.backend, threads=args.threads, parts=(part,),
                       encode_backend=args.encode_backend if part == "encode" else None)
 
 
@@ -72,7 +83,7 @@ def encode_file(args: argparse.Namespace, src: Path, dst: Path) -> str:
             f"codebooks -> {dst}")
 
 
-def decode_file(args: argparse.Namespace, src: Path, dst: Path) -> str:
+def decode_file(args: argparse.Namespace, src: Path, dst: Path, fmt: str) -> str:
     rvq = read_rvq(src)
     with _load(args, "decode") as codec:
         if rvq.sample_rate != codec.sample_rate or abs(rvq.frame_rate - codec.frame_rate) > 1e-6:
@@ -81,30 +92,53 @@ def decode_file(args: argparse.Namespace, src: Path, dst: Path) -> str:
         if rvq.codebook_size != codec.codebook_size:
             raise RvqFormatError(f"{src}: codebook_size {rvq.codebook_size}, the codec has {codec.codebook_size}")
         audio = codec.decode(rvq.codes)
-        write_wav(dst, audio, codec.sample_rate, args.format)
-    return f"{src}: {rvq.codes.shape[1]} frames -> {len(audio) / codec.sample_rate:.2f} s ({args.format}) -> {dst}"
+        write_audio(dst, audio, codec.sample_rate, fmt)
+    return f"{src}: {rvq.codes.shape[1]} frames -> {len(audio) / codec.sample_rate:.2f} s ({fmt}) -> {dst}"
+
+
+def output_path(src: Path, decode: bool, given: str | None, fmt: str | None) -> Path:
+    """-o as given, else a name beside the input that replaces no existing file."""
+    if given:
+        dst = Path(given)
+        if dst.resolve() == src.resolve():
+            raise ValueError(f"{dst}: the output would overwrite the input; give another name with -o")
+        return dst
+    ext = ".rvq" if not decode else {"flac": ".flac", "ogg": ".ogg", "opus": ".opus", "mp3": ".mp3"}.get(fmt, ".wav")
+    candidates = [src.with_suffix(ext)] + ([src.with_suffix(".decoded" + ext)] if decode else [])
+    for dst in candidates:
+        if not dst.exists() and dst.resolve() != src.resolve():
+            return dst
+    raise FileExistsError(f"{candidates[-1]} exists; name the output with -o (an existing file is replaced only "
+                          f"when named)")
+
+
+def _body(args: argparse.Namespace) -> int:
+    src = Path(args.input)
+    if not src.is_file():
+        raise FileNotFoundError(f"{src}: no such input file")
+    decode = _is_rvq(src)
+    if not decode and args.format:
+        raise ValueError(f"--format applies to decoding; {src} is audio, which is encoded to .rvq")
+    dst = output_path(src, decode, args.output, args.format)
+    fmt = output_format(dst, args.format) if decode else None
+    if dst.is_dir():
+        raise IsADirectoryError(f"{dst}: is a directory; give a file name with -o")
+    if not dst.parent.is_dir():
+        raise FileNotFoundError(f"{dst}: the folder {dst.parent} does not exist")
+    model = Path(args.model)
+    if not model.exists():
+        raise FileNotFoundError(f"--model {model}: no such file or folder")
+    t0 = time.perf_counter()
+    line = decode_file(args, src, dst, fmt) if decode else encode_file(args, src, dst)
+    if not args.quiet:
+        print(f"{line} ({time.perf_counter() - t0:.2f} s)", file=sys.stderr)
+    return cli.EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit status (0 ok, 1 bad input or failure)."""
+    """Entry point; returns the exit status (see omnivoice.cli: 0 ok, 2 bad input, 1 failure, ...)."""
     args = parse_args(argv)
-    src = Path(args.input)
-    try:
-        if not src.is_file():
-            raise FileNotFoundError(f"{src}: no such input file")
-        decode = _is_rvq(src)
-        dst = Path(args.output) if args.output else src.with_suffix(".wav" if decode else ".rvq")
-        if dst.resolve() == src.resolve():
-            raise ValueError(f"{dst}: the output would overwrite the input; give another name with -o")
-        t0 = time.perf_counter()
-        line = decode_file(args, src, dst) if decode else encode_file(args, src, dst)
-    except (AudioFileError, RvqFormatError, ValueError, TypeError, FileNotFoundError, RuntimeError,
-            MemoryError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    if not args.quiet:
-        print(f"{line} ({time.perf_counter() - t0:.2f} s)", file=sys.stderr)
-    return 0
+    return cli.run(lambda: _body(args))
 
 
 if __name__ == "__main__":

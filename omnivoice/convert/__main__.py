@@ -1,31 +1,50 @@
-"""``python -m omnivoice.convert CHECKPOINT_DIR -o OUT_DIR [--quant f32|f16|bf16|q8_0]``."""
+"""``python -m omnivoice.convert CHECKPOINT_DIR -o OUT_DIR [--quant auto|f32|f16|bf16|q8_0]``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import QUANTS, CheckpointError, ConversionError, convert_checkpoint
+from .. import cli
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse arguments, convert, and turn checkpoint problems into a one-line error and exit status 1."""
+    """Parse arguments and convert; a bad checkpoint is one `error:` line and exit status 2 (omnivoice.cli)."""
+    from .lm import QUANTS
+
     ap = argparse.ArgumentParser(
-        prog="python -m omnivoice.convert",
+        prog="python -m omnivoice.convert", epilog=cli.EXIT_STATUS_HELP + ".",
         description="Convert a Hugging Face OmniVoice checkpoint (k2-fsa/OmniVoice layout) to GGUF: "
-                    "omnivoice-base-{QUANT}.gguf and omnivoice-tokenizer-F32.gguf.")
+                    "omnivoice-base-{QUANT}.gguf and omnivoice-tokenizer-F32.gguf (kept when already converted "
+                    "from the same codec weights). The output folder then works as --model.")
     ap.add_argument("checkpoint", help="checkpoint directory (config.json, model.safetensors, audio_tokenizer/, ...)")
     ap.add_argument("-o", "--out", required=True, help="output directory")
-    ap.add_argument("--quant", choices=QUANTS, default="f16",
-                    help="storage of the LM matrices (default f16; norms F32, embeddings F16 for q8_0)")
+    ap.add_argument("--quant", choices=("auto",) + tuple(QUANTS), default="auto",
+                    help="storage of the LM matrices (norms stay F32, embeddings F16 for q8_0); default auto: the "
+                         "type that suits --backend, as omnivoice.tts converts (bf16 on CUDA, f16 on other GPUs, "
+                         "f32 on the CPU)")
+    ap.add_argument("--backend", default="auto",
+                    help="the backend the files are for, which decides --quant auto (default auto: the first GPU "
+                         "of this install, else the CPU)")
     ap.add_argument("-q", "--quiet", action="store_true", help="no per-tensor progress")
     args = ap.parse_args(argv)
-    try:
-        convert_checkpoint(args.checkpoint, args.out, args.quant, progress=not args.quiet)
-    except (CheckpointError, ConversionError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return cli.run(lambda: _convert(args))
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from . import convert_checkpoint
+
+    quant = args.quant
+    if quant == "auto":
+        from ..ggml.backend import find_device
+        from ..resolve import default_quant
+
+        device, _ = find_device(args.backend)
+        quant = default_quant(device.backend)
+        if not args.quiet:
+            print(f"--quant auto: {quant} for {device.spec} ({device.description})", file=sys.stderr)
+    convert_checkpoint(args.checkpoint, args.out, quant, progress=not args.quiet)
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -20,8 +20,11 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 
 def file_sha256(path: Path) -> str:
     """sha256 of a file's bytes (hex)."""
+    h = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def source_files(root: str | Path) -> dict[str, list[Path]]:

@@ -70,6 +70,37 @@ def test_stream_by_line_writes_one_wav_per_line(model):
     assert r.stdout.count(b"RIFF") == 2
 
 
+def test_stream_by_line_into_a_file_is_one_wav(model, tmp_path):
+    out = tmp_path / "lines.wav"
+    with open(out, "wb") as f:
+        r = subprocess.run([sys.executable, "-m", "omnivoice.tts", *model, *FAST, "-o", "-", "--stream-by-line"],
+                           input=b"One line.\nAnother line.\n", stdout=f, stderr=subprocess.PIPE, cwd=ROOT,
+                           timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    blob = out.read_bytes()
+    assert blob.count(b"RIFF") == 1
+    audio, rate = sf.read(out)
+    assert rate == 24000 and len(audio) == (len(blob) - 44) // 2
+
+
+@pytest.mark.parametrize("name, extra, container, subtype", [
+    ("out.flac", [], "FLAC", "PCM_16"),
+    ("out.ogg", [], "OGG", "VORBIS"),
+    ("out.audio", ["--format", "mp3"], "MP3", "MPEG_LAYER_III"),
+])
+def test_output_format_by_extension_or_option(model, tmp_path, name, extra, container, subtype):
+    r = tts("Hello there.", *model, *FAST, "-o", tmp_path / name, *extra)
+    assert r.returncode == 0, r.stderr.decode()
+    info = sf.info(tmp_path / name)
+    assert (info.format, info.subtype, info.samplerate) == (container, subtype, 24000)
+
+
+def test_no_postprocess_gives_exactly_the_duration(model, tmp_path):
+    r = tts("One second of speech.", *model, *FAST, "--duration", "1", "--no-postprocess", "-o", tmp_path / "a.wav")
+    assert r.returncode == 0, r.stderr.decode()
+    assert sf.info(tmp_path / "a.wav").frames == 24000
+
+
 def test_srt_dubbing_timeline(model, tmp_path):
     srt = tmp_path / "subs.srt"
     srt.write_text("1\n00:00:00,000 --> 00:00:00,800\nHello there.\n\n"
@@ -170,6 +201,79 @@ def test_output_into_missing_directory(model, tmp_path):
     target = tmp_path / "no" / "such" / "dir" / "x.wav"
     bad(tts("Hi.", *model, *FAST, "-o", target), str(target))
     assert not target.parent.exists()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--steps", "0"], "--steps must be an integer >= 1, got 0"),
+    (["--speed", "0"], "--speed must be a finite number > 0"),
+    (["--speed", "nan"], "--speed must be a finite number > 0"),
+    (["--duration", "1e9"], "--duration must be a number of seconds > 0 and <= 86400"),
+    (["--duration", "inf"], "--duration must be"),
+    (["--chunk-duration", "nan"], "--chunk-duration must be a finite number"),
+    (["--lang", "Englsh"], "Englsh"),
+    (["--ref-wav", "missing.wav", "--ref-text", "Hello."], "missing.wav: no such file"),
+    (["--ref-wav", "missing.wav"], "--ref-wav needs --ref-text"),
+    (["--ref-rvq", "missing.rvq"], "missing.rvq"),
+    (["--ref-wav", "x.wav", "--ref-text", "typo.txt"], "--ref-text typo.txt: no such file"),
+    (["--ref-wav", "x.wav", "--ref-text", "notes/typo"], "--ref-text notes/typo: no such file"),
+    (["-o", "/no/such/folder/x.wav"], "/no/such/folder"),
+    (["-o", "x.xyz"], "cannot tell the audio format"),
+    (["-o", "-", "--format", "flac"], "-o - streams WAV"),
+    (["--srt", "missing.srt"], "missing.srt"),
+    (["--llm-test"], "--dump"),
+])
+def test_inputs_are_checked_before_the_model_loads(capsys, args, words):
+    from omnivoice.tts import main
+
+    # the model does not exist: an error about the input shows it was checked first
+    rc = main(["Hello.", "--model", "/no/such/model.gguf", "-q", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and words in err and "model" not in err.replace(words, ""), err
+
+
+def test_threads_must_be_positive(capsys):
+    from omnivoice.tts import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["Hi.", "--threads", "-1"])
+    assert e.value.code == 2 and "--threads: must be a whole number >= 1" in capsys.readouterr().err
+
+
+def test_bad_srt_is_found_before_the_model(capsys, tmp_path):
+    from omnivoice.tts import main
+
+    srt = tmp_path / "bad.srt"
+    srt.write_text("1\n00:00:00,000 -> 00:00:01,000\nHello\n", encoding="utf-8")
+    assert main(["--srt", str(srt), "--model", "/no/such/model.gguf", "-o", str(tmp_path / "x.wav")]) == 2
+    assert "bad.srt:2" in capsys.readouterr().err
+
+
+def test_ref_text_with_a_slash_in_a_sentence_is_the_transcript(model, tmp_path):
+    d = np.load(GOLDEN / "ref_clone.npz")
+    ref = tmp_path / "ref.wav"
+    sf.write(ref, d["ref_wav_input"], 24000)
+    r = tts("Hi.", *model, *FAST, "--ref-wav", ref, "--ref-text", "Yes/no questions are fine.", "-o",
+            tmp_path / "o.wav")
+    assert r.returncode == 0, r.stderr.decode()
+
+
+def test_list_languages(capsys):
+    from omnivoice.tts import main
+
+    assert main(["--list-languages"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 646 and any(line.split() == ["en", "English"] for line in lines)
+
+
+def test_help_documents_formats_threads_duration_and_exit_status(capsys):
+    from omnivoice.tts import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for words in (".flac", "opus", "mp3", "--threads", "load average", "143 terminated",
+                  "With --no-postprocess it is exactly that long", "no silence trimming, fades or padding"):
+        assert words in text, words
 
 
 def test_list_devices():

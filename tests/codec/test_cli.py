@@ -92,31 +92,31 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys, model):
     text = tmp_path / "notes.wav"
     text.write_text("this is not audio\n")
     rc, err = run(capsys, "--model", model, "-i", str(text))
-    assert rc == 1 and "not a readable audio file" in err and str(text) in err
+    assert rc == 2 and "not a readable audio file" in err and str(text) in err
 
     bad = tmp_path / "bad.rvq"
     bad.write_bytes(b"ORVQ" + b"\0" * 10)
     rc, err = run(capsys, "--model", model, "-i", str(bad))
-    assert rc == 1 and "too short" in err
+    assert rc == 2 and "too short" in err
 
     rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "missing.wav"))
-    assert rc == 1 and "no such input file" in err
+    assert rc == 2 and "no such input file" in err
 
     save_rvq(tmp_path / "ok.rvq", np.zeros((8, 3), np.int32))
     rc, err = run(capsys, "--model", str(tmp_path / "nope.gguf"), "-i", str(tmp_path / "ok.rvq"))
-    assert rc == 1 and "nope.gguf" in err
+    assert rc == 2 and "nope.gguf" in err
 
     rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "ok.rvq"), "-o", str(tmp_path / "ok.rvq"))
-    assert rc == 1 and "overwrite the input" in err
+    assert rc == 2 and "overwrite the input" in err
 
     save_rvq(tmp_path / "sr.rvq", np.zeros((8, 3), np.int32), sample_rate=16000, frame_rate=50.0)
     rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "sr.rvq"))
-    assert rc == 1 and "16000 Hz" in err
+    assert rc == 2 and "16000 Hz" in err
 
     silent = tmp_path / "silent.wav"
     sf.write(silent, np.zeros(24000, np.float32), 24000)
     rc, err = run(capsys, "--model", model, "-i", str(silent))
-    assert rc == 1 and "silence" in err
+    assert rc == 2 and "silence" in err
 
 
 def test_module_entry_point(tmp_path, model):
@@ -125,3 +125,43 @@ def test_module_entry_point(tmp_path, model):
                            "--backend", "cpu", "-q"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and sf.info(tmp_path / "c.wav").frames == 2 * 960
+
+
+def test_decoding_never_replaces_a_file_it_was_not_told_to(tmp_path, capsys, model):
+    save_rvq(tmp_path / "orig.rvq", np.ones((8, 2), np.int32))
+    (tmp_path / "orig.wav").write_bytes(b"the user's own recording")
+    rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "orig.rvq"))
+    assert rc == 0, err
+    assert (tmp_path / "orig.wav").read_bytes() == b"the user's own recording"
+    assert sf.info(tmp_path / "orig.decoded.wav").frames == 2 * 960
+    rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "orig.rvq"))  # both names taken now
+    assert rc == 2 and "orig.decoded.wav exists" in err and "-o" in err
+    rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "orig.rvq"), "-o", str(tmp_path / "orig.wav"))
+    assert rc == 0, err  # named with -o: replaced
+    assert sf.info(tmp_path / "orig.wav").frames == 2 * 960
+
+
+def test_encoding_does_not_replace_an_existing_rvq(tmp_path, capsys, model, golden):
+    sf.write(tmp_path / "clip.wav", golden["clip_a"], 24000, subtype="FLOAT")
+    save_rvq(tmp_path / "clip.rvq", np.ones((8, 2), np.int32))
+    rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "clip.wav"))
+    assert rc == 2 and "clip.rvq exists" in err
+    assert read_rvq(tmp_path / "clip.rvq").codes.shape == (8, 2)
+
+
+@pytest.mark.parametrize("name, extra, container", [("a.flac", [], "FLAC"), ("a.bin", ["--format", "opus"], "OGG")])
+def test_decoded_audio_format(tmp_path, capsys, model, name, extra, container):
+    save_rvq(tmp_path / "c.rvq", np.ones((8, 4), np.int32))
+    rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "c.rvq"), "-o", str(tmp_path / name), *extra)
+    assert rc == 0, err
+    assert sf.info(tmp_path / name).format == container
+
+
+def test_model_folder_and_its_errors(tmp_path, capsys, model, tiny_gguf):
+    save_rvq(tmp_path / "c.rvq", np.ones((8, 2), np.int32))
+    rc, err = run(capsys, "--model", str(Path(model).parent), "-i", str(tmp_path / "c.rvq"))
+    assert rc == 0, err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc, err = run(capsys, "--model", str(empty), "-i", str(tmp_path / "c.rvq"), "-o", str(tmp_path / "x.wav"))
+    assert rc == 2 and "holds no codec GGUF" in err

@@ -142,7 +142,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def test_cli_reports_a_bad_directory(tmp_path):
     res = _cli(str(tmp_path), "-o", str(tmp_path / "out"))
-    assert res.returncode == 1
+    assert res.returncode == 2  # bad input, as in every CLI (omnivoice.cli)
     assert res.stderr.startswith("error: ") and "config.json" in res.stderr and "Traceback" not in res.stderr
 
 

@@ -1,0 +1,130 @@
+"""What every command line of the package shares: the exit statuses, how an error becomes one, a clean exit on
+SIGINT and SIGTERM, and the progress line.
+
+Exit status, the same in every CLI (tts, codec, convert, cache, ...):
+
+    0    success
+    1    a failure that is not the input's fault: an internal error, the network, the disk
+    2    bad input: arguments, option values, files (the message names the problem)
+    3    out of memory
+    130  interrupted (SIGINT, Ctrl-C)
+    143  terminated (SIGTERM)
+
+On SIGINT or SIGTERM the running command unwinds as from an exception, so every `finally` runs and every atomic
+writer removes its temporary file: no partial output, no `.tmp` left behind. Further signals are ignored while
+it unwinds (a second Ctrl-C prints no traceback); the unwinding only closes files and frees memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Callable, Optional, TextIO
+
+from .resolve import DownloadError
+
+EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_OOM, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 3, 130, 143
+
+EXIT_STATUS_HELP = ("exit status: 0 success, 2 bad input (arguments, option values, files), 1 other failure, "
+                    "3 out of memory, 130 interrupted (SIGINT), 143 terminated (SIGTERM)")
+
+# Errors that mean "the input is wrong": each message names the file, field or option.
+BAD_INPUT = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
+             TypeError)
+
+log = logging.getLogger("omnivoice")
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived. A BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it."""
+
+
+def _on_signal(signum: int, frame) -> None:
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated
+
+
+def run(body: Callable[[], int]) -> int:
+    """Run a command's body: signals unwind it cleanly, errors become one `error: ...` line and an exit status.
+
+    The traceback of an internal failure is logged at debug level (shown with --verbose).
+    """
+    handlers = None
+    if threading.current_thread() is threading.main_thread():
+        handlers = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    signalled = False
+    try:
+        return body()
+    except KeyboardInterrupt:
+        signalled = True
+        print("interrupted", file=sys.stderr)
+        return EXIT_SIGINT
+    except Terminated:
+        signalled = True
+        print("terminated", file=sys.stderr)
+        return EXIT_SIGTERM
+    except MemoryError as e:
+        print(f"error: out of memory: {e}", file=sys.stderr)
+        return EXIT_OOM
+    except BrokenPipeError:
+        # the reader of stdout went away (`| head`, a closed player): nothing more can be written
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print("error: the output pipe was closed", file=sys.stderr)
+        return EXIT_FAILURE
+    except BAD_INPUT as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as e:
+        if isinstance(e, (DownloadError, OSError)):  # the network or the disk, not the program
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_FAILURE
+        log.debug("internal failure", exc_info=True)
+        print(f"error: internal failure: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        if handlers and not signalled:  # after a signal the process is exiting: keep ignoring the next one
+            for s, h in handlers.items():
+                signal.signal(s, h)
+
+
+class Progress:
+    """A `progress(done, total)` callback that reports on stderr.
+
+    On a terminal: one bar redrawn in place, ended by a newline once. Elsewhere (a log file, a pipe): a plain
+    line every `interval` seconds and a last one when done, so a long run redirected to a file shows it is
+    alive. Repeated calls with the same numbers print nothing.
+    """
+
+    def __init__(self, enabled: bool = True, stream: Optional[TextIO] = None, interval: float = 5.0,
+                 unit: str = "steps", clock: Callable[[], float] = time.monotonic) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = enabled
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval, self.unit, self.clock = interval, unit, clock
+        self.t0 = self.last_line = clock()
+        self.last: Optional[tuple[int, int]] = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or (done, total) == self.last:
+            return
+        self.last = (done, total)
+        now = self.clock()
+        finished = done >= total
+        if self.tty:
+            width = 30
+            fill = int(width * done / max(total, 1))
+            self.stream.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{total} {self.unit} "
+                              f"{now - self.t0:5.1f}s" + ("\n" if finished else ""))
+        elif finished or now - self.last_line >= self.interval:
+            self.stream.write(f"{done}/{total} {self.unit}, {now - self.t0:.1f}s\n")
+            self.last_line = now
+        else:
+            return
+        self.stream.flush()

@@ -1,0 +1,318 @@
+"""Model resolution: what the user names as the model -> the LM and codec GGUF files, and the conversion cache.
+
+A model is one of
+- an LM GGUF file (the codec is the one given, else omnivoice-tokenizer-F32.gguf beside it);
+- a folder of converted GGUFs, as `python -m omnivoice.convert` writes it (the LM of the wanted weight type,
+  else the backend's preferred one, else any, and the codec; the choice is logged);
+- an OmniVoice checkpoint directory in the Hugging Face layout, converted once into the cache;
+- a Hugging Face repo id, downloaded with huggingface_hub, then as a checkpoint directory.
+
+The cache ($OMNIVOICE_CACHE, else ~/.cache/omnivoice) holds one folder per converted checkpoint, named
+`<checkpoint name>-<id>`, where the id hashes the content of every checkpoint file the converter reads and the
+converter's own code (omnivoice.convert.source): changed weights, configs or converter make a new entry and never
+reuse a stale GGUF. Hashing 3 GB on every start would cost seconds, so content hashes are memoised in
+hashes.json, each valid while its file keeps the size, mtime, ctime, inode and device it was hashed with
+(ctime changes with every write and cannot be set back by the user). `python -m omnivoice.cache` lists and
+cleans the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+log = logging.getLogger("omnivoice")
+
+DEFAULT_REPO = "k2-fsa/OmniVoice"
+QUANT_ORDER = ("f32", "bf16", "f16", "q8_0")  # preference when a folder lacks the wanted weight type
+_HASHES = "hashes.json"
+_SOURCE = "source.json"
+
+__all__ = ["DEFAULT_REPO", "ModelNotAvailable", "DownloadError", "cache_dir", "default_quant", "resolve_model",
+           "resolve_codec", "CacheEntry", "list_cache", "remove_cache_entry"]
+
+
+class ModelNotAvailable(FileNotFoundError):
+    """The model named cannot be had: no such file, folder or repository, or huggingface_hub is missing."""
+
+
+class DownloadError(RuntimeError):
+    """The Hugging Face Hub could not be reached or did not deliver (network, offline mode, server error):
+    not a problem with what the user asked for."""
+
+
+def cache_dir() -> Path:
+    """Where converted checkpoints live: OMNIVOICE_CACHE, else ~/.cache/omnivoice."""
+    return Path(os.environ.get("OMNIVOICE_CACHE", Path.home() / ".cache" / "omnivoice")).expanduser()
+
+
+def default_quant(backend_name: str) -> str:
+    """The LM weight type a checkpoint is converted to when none is named, by backend (measured on an H200 and
+    a 2-core Zen 4, BENCHMARKS.md): BF16 on CUDA (cuBLAS accumulates it in F32; LM step 4.0 ms against 4.7 for
+    F32 with TF32 and 5.0 for F16, whose products cuBLAS accumulates in F16), F16 on other GPUs (Vulkan's BF16
+    products are 4x slower than its F16 ones), F32 on the CPU (the reference's own precision: same tokens)."""
+    name = backend_name.lower()
+    return "bf16" if name == "cuda" else "f32" if name == "cpu" else "f16"
+
+
+# ------------------------------------------------------------------------------------------------ resolution
+def resolve_model(model: Optional[str] = None, codec: Optional[str] = None, quant: str = "auto",
+                  prefer: str = "f32") -> tuple[Path, Path]:
+    """Turn the user's model argument into (LM GGUF, codec GGUF) paths (see the module docstring).
+
+    `quant` is the LM weight type wanted (f32, f16, bf16, q8_0), or "auto": `prefer` when a checkpoint is
+    converted, and in a folder of GGUFs `prefer` if it is there, else the first of QUANT_ORDER found. None for
+    `model` means OMNIVOICE_MODEL, else k2-fsa/OmniVoice. Raises ModelNotAvailable for what does not exist,
+    DownloadError when the Hub cannot be reached, and the converter's errors for a bad checkpoint.
+    """
+    model = model or os.environ.get("OMNIVOICE_MODEL") or DEFAULT_REPO
+    path = Path(model).expanduser()
+    codec_path = Path(codec).expanduser() if codec else None
+    if codec_path is not None and not codec_path.is_file():
+        raise ModelNotAvailable(f"codec GGUF not found: {codec_path}")
+    if path.is_file():
+        codec_path = codec_path or path.with_name(_codec_name())
+        if not codec_path.is_file():
+            raise ModelNotAvailable(f"codec GGUF not found: {codec_path} (pass codec=... / --codec)")
+        return path, codec_path
+    if not path.exists():
+        if path.is_absolute() or str(model).startswith((".", "~")) or str(model).count("/") != 1:
+            raise ModelNotAvailable(f"model not found: {model} (expected a GGUF file, a folder of converted "
+                                    f"GGUFs, a checkpoint directory or a Hugging Face repo id such as "
+                                    f"{DEFAULT_REPO})")
+        path = _download(str(model))
+    if not path.is_dir():
+        raise ModelNotAvailable(f"model not found: {model} (not a file or a directory)")
+    if not (path / "config.json").is_file() and _lm_files(path):
+        return _pick_from_folder(path, codec_path, quant, prefer)
+    if not (path / "config.json").is_file():
+        raise ModelNotAvailable(
+            f"{path}: neither a folder of converted GGUFs (no {_lm_name('*')}) nor an OmniVoice checkpoint "
+            f"(no config.json); pass --model with a GGUF file, such a folder, a checkpoint directory or a repo id")
+    lm, cached_codec = _convert_cached(path, prefer if quant == "auto" else quant)
+    return lm, codec_path or cached_codec
+
+
+def resolve_codec(model: str) -> Path:
+    """The codec GGUF for a codec-only tool: a GGUF file itself, the codec of a folder of converted GGUFs, or
+    (a checkpoint directory or repo id) the codec of its cached conversion."""
+    path = Path(model).expanduser()
+    if path.is_file():
+        return path
+    if path.is_dir() and not (path / "config.json").is_file():
+        codec = _codec_in(path)
+        if codec is None:
+            raise ModelNotAvailable(f"{path}: holds no codec GGUF ({_codec_name()}); pass --model with the "
+                                    f"codec GGUF file")
+        log.info("model folder %s: codec %s", path, codec.name)
+        return codec
+    return resolve_model(model)[1]
+
+
+def _lm_name(quant: str) -> str:
+    """The LM GGUF's file name for a weight type ("*" gives the glob), as the converter names it."""
+    from .convert import lm_filename
+
+    return lm_filename(quant)
+
+
+def _codec_name() -> str:
+    from .convert import CODEC_FILENAME
+
+    return CODEC_FILENAME
+
+
+def _lm_files(folder: Path) -> dict[str, Path]:
+    """{quant: LM GGUF} of a folder of converted files."""
+    prefix, suffix = _lm_name("*").split("*")
+    return {p.name[len(prefix):len(p.name) - len(suffix)].lower(): p
+            for p in sorted(folder.glob(_lm_name("*"))) if p.is_file()}
+
+
+def _codec_in(folder: Path) -> Optional[Path]:
+    codec = folder / _codec_name()
+    return codec if codec.is_file() else None
+
+
+def _pick_from_folder(folder: Path, codec: Optional[Path], quant: str, prefer: str) -> tuple[Path, Path]:
+    found = _lm_files(folder)
+    have = ", ".join(q.upper() for q in found)
+    if quant != "auto":
+        if quant not in found:
+            raise ModelNotAvailable(f"{folder}: no {_lm_name(quant)} (this folder has {have}); convert it with "
+                                    f"python -m omnivoice.convert CHECKPOINT -o {folder} --quant {quant}")
+        pick = quant
+    else:
+        order = [prefer] + [q for q in QUANT_ORDER if q != prefer] + sorted(found)
+        pick = next(q for q in order if q in found)
+    codec = codec or _codec_in(folder)
+    if codec is None:
+        raise ModelNotAvailable(f"{folder}: no codec GGUF ({_codec_name()}); pass codec=... / --codec")
+    log.info("model folder %s: using %s (of %s) and %s", folder, found[pick].name, have, codec.name)
+    return found[pick], codec
+
+
+# ------------------------------------------------------------------------------------------------ download
+def _download(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+    except ImportError:
+        raise ModelNotAvailable(f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not "
+                                f"installed: pip install huggingface_hub, or pass a local checkpoint or GGUF") from None
+    try:
+        return Path(snapshot_download(repo_id))
+    except (RepositoryNotFoundError, RevisionNotFoundError, HFValidationError) as e:  # gated repos included
+        raise ModelNotAvailable(f"{repo_id}: no such model on the Hugging Face Hub, or no access to it "
+                                f"({_first_line(e)})") from e
+    except Exception as e:  # connection refused, timeouts, server errors, offline mode with nothing cached
+        raise DownloadError(f"could not download {repo_id} from the Hugging Face Hub ({_first_line(e)}); "
+                            f"check the network, or pass --model with a local checkpoint directory or GGUF "
+                            f"file") from e
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+# ------------------------------------------------------------------------------------------------ cache
+class _HashMemo:
+    """Content hashes of files, memoised in the cache's hashes.json while a file's stat stays the same."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / _HASHES
+        try:
+            self.table = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(self.table, dict):
+                self.table = {}
+        except (OSError, ValueError):
+            self.table = {}
+        self.changed = False
+
+    @staticmethod
+    def _stat(path: Path) -> list[int]:
+        st = path.stat()
+        return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+    def __call__(self, path: Path) -> str:
+        from .convert.source import file_sha256
+
+        key = str(path.resolve())
+        stat = self._stat(path)
+        entry = self.table.get(key)
+        if isinstance(entry, dict) and entry.get("stat") == stat and isinstance(entry.get("sha256"), str):
+            return entry["sha256"]
+        digest = file_sha256(path)
+        if self._stat(path) != stat:  # written to while we read it: do not trust this hash next time
+            return digest
+        self.table[key] = {"stat": stat, "sha256": digest}
+        self.changed = True
+        return digest
+
+    def prune(self) -> None:
+        """Forget files that no longer exist."""
+        gone = [k for k in self.table if not Path(k).exists()]
+        for k in gone:
+            del self.table[k]
+        self.changed |= bool(gone)
+
+    def save(self) -> None:
+        if self.changed:
+            from .audio.io import atomic_write_text
+
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, json.dumps(self.table, indent=0, sort_keys=True))
+            self.changed = False
+
+
+def _entry_id(checkpoint: Path, memo: _HashMemo) -> str:
+    from .convert.source import source_digest
+
+    return source_digest(checkpoint, ("lm", "codec"), memo)[:16]
+
+
+def _convert_cached(checkpoint: Path, quant: str) -> tuple[Path, Path]:
+    """The checkpoint's GGUFs in the cache, converted first if they are not there."""
+    from .convert import convert_checkpoint
+
+    root = cache_dir()
+    memo = _HashMemo(root)
+    out = root / f"{checkpoint.name}-{_entry_id(checkpoint, memo)}"
+    lm, codec = out / _lm_name(quant), out / _codec_name()
+    if not lm.is_file() or not codec.is_file():
+        log.info("converting %s to %s in %s (once; the codec is kept if already there)", checkpoint,
+                 quant.upper(), out)
+        t0 = time.perf_counter()
+        convert_checkpoint(checkpoint, out, quant=quant, progress=False, file_hash=memo)
+        _write_source(out, checkpoint)
+        log.info("converted in %.1f s", time.perf_counter() - t0)
+    memo.save()
+    return lm, codec
+
+
+def _write_source(entry: Path, checkpoint: Path) -> None:
+    from .audio.io import atomic_write_text
+
+    atomic_write_text(entry / _SOURCE, json.dumps({"checkpoint": str(checkpoint.resolve()),
+                                                   "converted": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One converted checkpoint in the cache."""
+
+    path: Path
+    checkpoint: Optional[str]   # where it was converted from, when known
+    files: tuple[str, ...]      # the GGUF files in it
+    size: int                   # bytes, all files
+    stale: bool                 # its checkpoint is gone or has changed since (a new entry would be made)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def list_cache() -> list[CacheEntry]:
+    """Every entry of the cache, oldest first."""
+    root = cache_dir()
+    if not root.is_dir():
+        return []
+    memo = _HashMemo(root)
+    entries = []
+    for d in sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime):
+        files = tuple(sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix == ".gguf"))
+        size = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
+        try:
+            source = json.loads((d / _SOURCE).read_text(encoding="utf-8")).get("checkpoint")
+        except (OSError, ValueError, AttributeError):
+            source = None
+        entries.append(CacheEntry(d, source, files, size, _is_stale(d, source, memo)))
+    memo.save()
+    return entries
+
+
+def _is_stale(entry: Path, source: Optional[str], memo: _HashMemo) -> bool:
+    if not source or not (Path(source) / "config.json").is_file():
+        return True
+    try:
+        return entry.name != f"{Path(source).name}-{_entry_id(Path(source), memo)}"
+    except (OSError, ValueError):
+        return True
+
+
+def remove_cache_entry(entry: CacheEntry) -> None:
+    """Delete one cache entry (its folder) and forget hashes of files that are gone."""
+    root = cache_dir().resolve()
+    if entry.path.resolve().parent != root:
+        raise ValueError(f"{entry.path} is not an entry of the cache {root}")
+    shutil.rmtree(entry.path)
+    memo = _HashMemo(root)
+    memo.prune()
+    memo.save()

@@ -1,0 +1,72 @@
+"""What all CLIs share (omnivoice.cli): one exit-status table, and the progress line on and off a terminal."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from omnivoice import cli
+from omnivoice.api import OptionError
+from omnivoice.resolve import DownloadError, ModelNotAvailable
+
+
+@pytest.mark.parametrize("exc, status, words", [
+    (ValueError("bad value"), 2, "error: bad value"),
+    (OptionError("num_step", "must be an integer >= 1", 0), 2, "num_step must be"),
+    (FileNotFoundError("x.wav: no such file"), 2, "x.wav"),
+    (ModelNotAvailable("model not found: m"), 2, "model not found"),
+    (DownloadError("could not download r"), 1, "error: could not download"),
+    (OSError(28, "No space left on device"), 1, "No space left"),
+    (MemoryError("graph needs 40 GiB"), 3, "out of memory"),
+    (RuntimeError("boom"), 1, "internal failure: RuntimeError: boom"),
+    (KeyboardInterrupt(), 130, "interrupted"),
+    (cli.Terminated(), 143, "terminated"),
+])
+def test_one_exit_status_table(capsys, exc, status, words):
+    def body():
+        raise exc
+
+    assert cli.run(body) == status
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_off_a_terminal_a_line_every_few_seconds():
+    out, clock = io.StringIO(), Clock()
+    p = cli.Progress(stream=out, interval=5.0, clock=clock)
+    for step in range(1, 33):
+        clock.t = step * 1.0  # one step a second
+        p(step, 32)
+    lines = out.getvalue().splitlines()
+    assert lines == ["5/32 steps, 5.0s", "10/32 steps, 10.0s", "15/32 steps, 15.0s", "20/32 steps, 20.0s",
+                     "25/32 steps, 25.0s", "30/32 steps, 30.0s", "32/32 steps, 32.0s"]
+
+
+def test_on_a_terminal_one_bar_and_one_final_line():
+    out, clock = Terminal(), Clock()
+    p = cli.Progress(stream=out, clock=clock)
+    for step in (1, 2, 3, 4, 4):  # the pipeline may report the last step twice
+        p(step, 4)
+    text = out.getvalue()
+    assert text.count("\n") == 1 and text.endswith("4/4 steps   0.0s\n") and text.count("\r") == 4
+
+
+def test_quiet_prints_nothing():
+    out = Terminal()
+    p = cli.Progress(enabled=False, stream=out)
+    p(1, 1)
+    assert out.getvalue() == ""
