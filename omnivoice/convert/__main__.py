@@ -41,9 +41,9 @@ def _convert(args: argparse.Namespace) -> int:
 
         device, _ = find_device(args.backend)
         quant = default_quant(device.backend)
-        if not args.quiet:
-            print(f"--quant auto: {quant} for {device.spec} ({device.description})", file=sys.stderr)
     convert_checkpoint(args.checkpoint, args.out, quant, progress=not args.quiet)
+    if args.quant == "auto" and not args.quiet:
+        print(f"(--quant auto: {quant} for {device.spec}, {device.description})", file=sys.stderr)
     return cli.EXIT_OK
 
 

@@ -151,3 +151,10 @@ def test_cli_converts_with_progress(tmp_path, tiny_ckpt):
     assert res.returncode == 0, res.stderr
     assert "llm.embed_tokens.weight" in res.stderr and "fold(" in res.stderr and "permute(" in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["omnivoice-base-BF16.gguf", "omnivoice-tokenizer-F32.gguf"]
+
+
+def test_cli_default_weight_type_follows_the_backend(tmp_path, tiny_ckpt):
+    res = _cli(str(tiny_ckpt), "-o", str(tmp_path), "--backend", "cpu", "-q")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""  # -q: no progress at all
+    assert (tmp_path / "omnivoice-base-F32.gguf").is_file()  # what tts --quant auto converts to on the CPU
