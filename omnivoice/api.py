@@ -21,9 +21,9 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from . import gguf_keys as K
 from .codec.voice import VoicePrompt
 from .generate.maskgit import GenerationConfig
+from .gguf import keys as K
 from .pipeline import (CancelCallback, Cancelled, Pipeline, ProgressCallback, SentenceStream, Settings,
                        SynthesisResult)
 

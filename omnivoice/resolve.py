@@ -117,13 +117,13 @@ def resolve_codec(model: str) -> Path:
 
 def _lm_name(quant: str) -> str:
     """The LM GGUF's file name for a weight type ("*" gives the glob), as the converter names it."""
-    from .convert import lm_filename
+    from .gguf.names import lm_filename
 
     return lm_filename(quant)
 
 
 def _codec_name() -> str:
-    from .convert import CODEC_FILENAME
+    from .gguf.names import CODEC_FILENAME
 
     return CODEC_FILENAME
 

@@ -57,10 +57,10 @@ def make_codec_checkpoint(ckpt: Path, seed: int) -> None:
 
 def convert_codec(ckpt: Path, out: Path) -> None:
     """The converter's codec writer on a codec-only directory."""
-    from omnivoice import gguf_keys as K
+    from omnivoice.gguf import keys as K
     from omnivoice.convert.checkpoint import Checkpoint, TensorSet, _read_json
     from omnivoice.convert.codec import plan_codec
-    from omnivoice.convert.gguf_out import write_gguf
+    from omnivoice.gguf.writer import write_gguf
     from omnivoice.convert.safetensors_reader import SafetensorsFile
 
     at = ckpt / "audio_tokenizer"

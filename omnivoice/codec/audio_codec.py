@@ -27,7 +27,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..ggml import Graph, Runtime, WeightStore, open_gguf, read_metadata
+from ..ggml import Graph, Runtime, WeightStore
+from ..gguf import open_model
 from ..models import codec as model
 
 DEFAULT_WINDOW_FRAMES = 512
@@ -255,9 +256,9 @@ def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None =
     `encode_backend` (e.g. "cpu") puts the encoder on a runtime of its own, see the module docstring.
     Extra keyword options go to AudioCodec (window_frames, context_frames, max_graphs).
     """
-    reader = open_gguf(path, model.ARCH)
+    reader = open_model(path, model.ARCH)
     shapes = {t.name: tuple(int(x) for x in t.shape) for t in reader.tensors}
-    meta = read_metadata(reader)
+    meta = reader.metadata
     del reader
     config = model.CodecConfig.from_gguf(meta, shapes, str(path))
     parts = tuple(parts)

@@ -6,7 +6,7 @@ Writes ``omnivoice-base-{QUANT}.gguf`` (the LM and text tokenizer, see ``lm.py``
 written, and each file is written to a temporary name and renamed, so a failed run leaves nothing behind.
 The codec file records the hash of what it was made from (``source.py``); a codec file already in the output
 folder with the same hash is kept, so converting a second LM weight type does not rewrite it.
-Metadata key names live in ``omnivoice.gguf_keys``.
+Metadata keys and file names live in ``omnivoice.gguf``.
 """
 
 from __future__ import annotations
@@ -15,23 +15,17 @@ import sys
 import time
 from pathlib import Path
 
-from .. import gguf_keys as K
+from ..gguf import keys as K
+from ..gguf.names import CODEC_FILENAME, lm_filename
+from ..gguf.writer import GGUFWriteError, write_gguf
 from .checkpoint import Checkpoint, open_checkpoint
 from .codec import plan_codec
 from .errors import CheckpointError, ConversionError
-from .gguf_out import write_gguf
 from .lm import QUANTS, plan_lm
 from .source import FileHash, file_sha256, source_digest
 
 __all__ = ["convert_checkpoint", "lm_filename", "CODEC_FILENAME", "QUANTS", "CheckpointError", "ConversionError",
-           "open_checkpoint", "Checkpoint"]
-
-CODEC_FILENAME = "omnivoice-tokenizer-F32.gguf"
-
-
-def lm_filename(quant: str) -> str:
-    """File name of the LM GGUF for ``quant`` (f32 -> omnivoice-base-F32.gguf, q8_0 -> ...-Q8_0.gguf)."""
-    return f"omnivoice-base-{quant.upper()}.gguf"
+           "GGUFWriteError", "open_checkpoint", "Checkpoint"]
 
 
 def convert_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, quant: str = "f16",
@@ -65,7 +59,7 @@ def convert_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, quant: s
 
 def _made_from(path: Path, source: str) -> bool:
     """Whether the GGUF at `path` records `source` as what it was converted from."""
-    from ..gguf_file import GGUFFormatError, read_gguf_metadata
+    from ..gguf.reader import GGUFFormatError, read_gguf_metadata
 
     if not path.is_file():
         return False

@@ -16,7 +16,7 @@ Tensor names are the Hugging Face names, shapes reversed into ggml order, except
 Dropped (never read at inference): ``decoder_semantic.*`` and ``fc1.*`` (semantic reconstruction, training
 only), ``quantizer.quantizers.*.codebook.{embed_avg, cluster_size, inited}`` (k-means EMA state), and
 ``semantic_model.masked_spec_embed`` if present. Every hyper-parameter the graphs need is written as
-``omnivoice.*`` metadata (see ``omnivoice.gguf_keys``), so a small test checkpoint needs no special casing.
+``omnivoice.*`` metadata (see ``omnivoice.gguf.keys``), so a small test checkpoint needs no special casing.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import sys
 
 import numpy as np
 
-from .. import gguf_keys as K
+from ..gguf import keys as K
 from .checkpoint import Checkpoint, require
 from .errors import CheckpointError, raise_problems
-from .gguf_out import OutTensor
+from ..gguf.writer import OutTensor
 
 POS_CONV = "semantic_model.encoder.pos_conv_embed.conv"
 _DROP = re.compile(r"^(decoder_semantic\.|fc1\.|quantizer\.quantizers\.\d+\.codebook\.(embed_avg|cluster_size|inited)$"

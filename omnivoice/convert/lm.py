@@ -22,10 +22,10 @@ import sys
 
 import numpy as np
 
-from .. import gguf_keys as K
+from ..gguf import keys as K
 from .checkpoint import Checkpoint, require
 from .errors import CheckpointError, ConversionError, raise_problems
-from .gguf_out import OutTensor
+from ..gguf.writer import OutTensor
 from .tokenizer import TokenizerData, read_tokenizer
 
 QUANTS = ("f32", "f16", "bf16", "q8_0")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import gguf_keys as K
+from ..gguf import keys as K
 from .errors import CheckpointError
 
 TOKEN_TYPE_UNUSED = 5  # padding rows of an embedding larger than the tokenizer

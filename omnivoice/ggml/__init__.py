@@ -6,9 +6,9 @@
 from ._ffi import GGMLNotBuiltError, consts, ffi, lib
 from .backend import Device, Runtime, list_devices, parse_spec
 from .graph import Graph, ne_of, new_context, new_tensor, read_tensor, set_name, shape_of, write_tensor
-from .weights import WeightStore, open_gguf, read_metadata
+from .weights import WeightStore
 from . import types
 
 __all__ = ["GGMLNotBuiltError", "consts", "ffi", "lib", "Device", "Runtime", "list_devices", "parse_spec",
            "Graph", "ne_of", "new_context", "new_tensor", "read_tensor", "set_name", "shape_of", "write_tensor",
-           "WeightStore", "open_gguf", "read_metadata", "types"]
+           "WeightStore", "types"]

@@ -1,6 +1,6 @@
 """A model's weights: GGUF tensors on a backend, plus derived tensors computed at load time.
 
-omnivoice.gguf_file memory-maps the file. On the CPU the map itself is the weight buffer (the weights are in RAM
+omnivoice.gguf's reader memory-maps the file. On the CPU the map itself is the weight buffer (the weights are in RAM
 once, as file pages); on a GPU each tensor is copied from the map and its pages are released right after, so
 the process never holds a second copy in RAM.
 """
@@ -12,31 +12,11 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from ..gguf import open_model
 from . import types
 from ._ffi import ffi, lib
 from .backend import Runtime
 from .graph import new_context, set_name
-
-
-def read_metadata(reader) -> dict[str, Any]:
-    """GGUF key/value metadata of an opened file as plain Python values."""
-    return reader.metadata
-
-
-def open_gguf(path: str | Path, expect_arch: str | None = None):
-    """Open a GGUF file (metadata, tensor infos, memory-mapped data); clear errors for a missing, non-GGUF,
-    truncated or wrong-architecture file."""
-    from ..gguf_file import read_gguf
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"GGUF file not found: {path}")
-    reader = read_gguf(str(path))
-    if expect_arch is not None:
-        arch = reader.metadata.get("general.architecture")
-        if arch != expect_arch:
-            raise ValueError(f"{path}: general.architecture is {arch!r}, expected {expect_arch!r}")
-    return reader
 
 
 class _Stacked:
@@ -130,7 +110,7 @@ class WeightStore:
         It needs the copying path (`mmap` False).
         """
         path = Path(path)
-        reader = open_gguf(path, expect_arch)
+        reader = open_model(path, expect_arch)
         by_name = {t.name: t for t in reader.tensors}
 
         def info(name: str):

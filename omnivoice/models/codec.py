@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .. import gguf_keys as K
+from ..gguf import keys as K
 from .. import nn
 from ..ggml import lib
 from . import dac, hubert, rvq, semantic
@@ -34,7 +34,7 @@ PARTS = ("encode", "decode")
 
 @dataclass(frozen=True)
 class CodecConfig:
-    """Hyper-parameters of the codec, from the GGUF metadata (omnivoice.gguf_keys), checked against the shapes."""
+    """Hyper-parameters of the codec, from the GGUF metadata (omnivoice.gguf.keys), checked against the shapes."""
 
     sample_rate: int                      # 24000
     semantic_sample_rate: int             # 16000 (HuBERT's input)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .. import gguf_keys as K
+from ..gguf import keys as K
 from .. import nn
 from ..ggml import lib
 

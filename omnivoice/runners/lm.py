@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ggml import Graph, Runtime, WeightStore, lib, open_gguf, read_metadata, types
+from ..ggml import Graph, Runtime, WeightStore, lib, types
+from ..gguf import open_model
 from ..models import lm as lm_graph
 from ..models.lm import ARCH, LMConfig
 
@@ -45,7 +46,7 @@ class LanguageModel:
         """`stack_projections` (default: on GPUs) loads q/k/v and gate/up as one matrix each; the CPU
         otherwise computes on the file's memory map in place, which stacking would have to copy."""
         self.runtime = runtime
-        self.cfg = LMConfig.from_metadata(read_metadata(open_gguf(path, expect_arch=ARCH)))
+        self.cfg = LMConfig.from_metadata(open_model(path, ARCH).metadata)
         # -inf on the mask id: the greedy pick in the graph never emits it.
         class_bias = np.zeros(self.cfg.audio_vocab, np.float32)
         class_bias[self.cfg.audio_mask_id] = -np.inf

@@ -17,7 +17,7 @@ import re
 import unicodedata
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..gguf_file import read_gguf_metadata
+from ..gguf.reader import read_gguf_metadata
 from .unicode_classes import LETTER_RANGES, NUMBER_RANGES, SPACE_RANGES
 
 # GGUF token types (llama.cpp's llama_token_type).

@@ -1,6 +1,6 @@
 """A minimal GGUF v3 parser for the tests, written from the format spec (independent of gguf-py's reader).
 
-Returns metadata with its type spelled as omnivoice.gguf_keys does ("u32", "f32", "bool", "str", "[i32]", ...)
+Returns metadata with its type spelled as omnivoice.gguf.keys does ("u32", "f32", "bool", "str", "[i32]", ...)
 and each tensor's ggml dims (ne), type id and raw bytes.
 """
 

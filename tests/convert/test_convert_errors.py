@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from omnivoice.convert import CheckpointError, ConversionError, convert_checkpoint, gguf_out
+from omnivoice.convert import CheckpointError, ConversionError, convert_checkpoint
+from omnivoice.gguf import writer
+from omnivoice.gguf.writer import GGUFWriteError
 from tests.convert.convert_helpers import link_copy, replace_file
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,7 +114,7 @@ def test_missing_codec_tensor(tmp_path, tiny_ckpt):
 
 def test_failure_while_writing_leaves_nothing(tmp_path, tiny_ckpt, monkeypatch):
     calls = {"n": 0}
-    real = gguf_out.encode
+    real = writer.encode
 
     def failing(values, qtype):
         calls["n"] += 1
@@ -120,7 +122,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, tiny_ckpt, monkeypatch):
             raise RuntimeError("disk full (simulated)")
         return real(values, qtype)
 
-    monkeypatch.setattr(gguf_out, "encode", failing)
+    monkeypatch.setattr(writer, "encode", failing)
     out = tmp_path / "out"
     with pytest.raises(RuntimeError, match="simulated"):
         convert_checkpoint(tiny_ckpt, out, "q8_0", progress=False)
@@ -130,9 +132,9 @@ def test_failure_while_writing_leaves_nothing(tmp_path, tiny_ckpt, monkeypatch):
 def test_unknown_quant_and_long_names():
     with pytest.raises(ConversionError, match="unknown quantization 'q4_0'"):
         convert_checkpoint("/nonexistent", "/nonexistent-out", "q4_0", progress=False)
-    gguf_out.check_name("x" * 127)
-    with pytest.raises(ConversionError, match="128 bytes, over the 127 limit"):
-        gguf_out.check_name("x" * 128)
+    writer.check_name("x" * 127)
+    with pytest.raises(GGUFWriteError, match="128 bytes, over the 127 limit"):
+        writer.check_name("x" * 128)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

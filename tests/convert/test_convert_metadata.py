@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from omnivoice import gguf_keys as K
+from omnivoice.gguf import keys as K
 from omnivoice.convert import QUANTS
 
 

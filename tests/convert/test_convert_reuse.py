@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import shutil
 
-from omnivoice import gguf_keys as K
+from omnivoice.gguf import keys as K
 from omnivoice.convert import CODEC_FILENAME, convert_checkpoint
 from omnivoice.convert.source import source_digest
-from omnivoice.gguf_file import read_gguf_metadata
+from omnivoice.gguf import read_gguf_metadata
 
 
 def test_second_weight_type_keeps_the_codec_file(tmp_path, tiny_ckpt):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from omnivoice import gguf_keys as K
+from omnivoice.gguf import keys as K
 
 
 def _byte_decoder() -> dict[str, int]:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from omnivoice.ggml import Graph, Runtime, WeightStore, lib, list_devices, parse_spec, read_tensor
-from omnivoice.gguf_file import GGUFFormatError
+from omnivoice.gguf import GGUFFormatError
 
 
 def test_devices_and_specs():
@@ -45,7 +45,7 @@ def test_graph_replay_and_input_checks(runtime, rng):
 
 @pytest.mark.parametrize("mmap", [True, False])
 def test_weights_from_gguf_in_place_or_copied(tiny_gguf, mmap):
-    from omnivoice.gguf_file import read_gguf
+    from omnivoice.gguf import read_gguf
 
     with Runtime("cpu") as rt:
         f = read_gguf(str(tiny_gguf["f32"]))
@@ -60,7 +60,7 @@ def test_weights_from_gguf_in_place_or_copied(tiny_gguf, mmap):
 
 
 def test_stacked_weights_hold_the_rows_of_their_parts(tiny_gguf):
-    from omnivoice.gguf_file import read_gguf
+    from omnivoice.gguf import read_gguf
 
     f = read_gguf(str(tiny_gguf["f32"]))
     parts = [f"llm.layers.0.self_attn.{n}_proj.weight" for n in "qkv"]

@@ -199,10 +199,10 @@ def test_decode_rejects_bad_codes(codec):
 # ------------------------------------------------------------------------------------------------ loading
 
 def test_config_read_from_gguf_metadata(tiny_gguf):
-    from omnivoice.ggml import open_gguf, read_metadata
+    from omnivoice.gguf import open_model
 
-    reader = open_gguf(tiny_gguf["codec"])
-    meta = read_metadata(reader)
+    reader = open_model(tiny_gguf["codec"])
+    meta = reader.metadata
     shapes = {t.name: tuple(int(x) for x in t.shape) for t in reader.tensors}
     cfg = model.CodecConfig.from_gguf(meta, shapes)
     assert (cfg.sample_rate, cfg.hop_length, cfg.frame_rate, cfg.n_quantizers, cfg.codebook_size) == \

@@ -12,7 +12,7 @@ from text_golden import ROOT, check_digest, load_golden_json
 from text_corpus import CORPUS, random_texts
 
 from omnivoice.text import Tokenizer
-from omnivoice.gguf_file import GGUFFormatError, read_gguf_metadata
+from omnivoice.gguf import GGUFFormatError, read_gguf_metadata
 from omnivoice.text.tokenizer import (TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL, TOKEN_TYPE_USER_DEFINED,
                                      bytes_to_unicode)
 from omnivoice.text.unicode_classes import LETTER_RANGES, NUMBER_RANGES, SPACE_RANGES

@@ -2,7 +2,7 @@
 
 gguf-py's GGUFReader takes seconds on a 151k-token vocabulary because it builds a numpy view per string; this
 reader walks the header with struct, decodes only the keys asked for, and maps the data section once.
-Shared by the tokenizer (text/) and the weight loader (ggml/); it imports neither.
+Shared by the tokenizer (text/), the model loaders and the weight store (ggml/); it imports none of them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from __future__ import annotations
 import mmap
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Dict, Iterable, Optional
+
+from .keys import GENERAL_ARCHITECTURE
 
 GGUF_MAGIC = b"GGUF"
 
@@ -231,3 +234,17 @@ def read_gguf_metadata(path: str, keys: Optional[Iterable[str]] = None) -> Dict[
             if keep:
                 out[key] = val
         return out
+
+
+def open_model(path, arch: str | None = None) -> GGUFFile:
+    """Read a model's GGUF file; clear errors for a missing, non-GGUF or truncated file, and for one whose
+    ``general.architecture`` is not ``arch`` (when given)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {path}")
+    f = read_gguf(str(path))
+    if arch is not None:
+        found = f.metadata.get(GENERAL_ARCHITECTURE)
+        if found != arch:
+            raise ValueError(f"{path}: {GENERAL_ARCHITECTURE} is {found!r}, expected {arch!r}")
+    return f

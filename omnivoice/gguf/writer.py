@@ -17,7 +17,10 @@ from typing import Any, Callable
 import gguf
 import numpy as np
 
-from .errors import ConversionError
+
+class GGUFWriteError(ValueError):
+    """What was asked cannot be written as GGUF (a name too long, a tensor twice, an unknown type, ...)."""
+
 
 MAX_NAME_BYTES = 127  # GGML_MAX_NAME (128) minus the terminating NUL, as built for this project
 # Tensor data offsets are multiples of this. The CPU backend computes on the memory-mapped file in place, and
@@ -54,7 +57,7 @@ def nbytes(shape: tuple[int, ...], qtype: str) -> int:
     block, size = gguf.GGML_QUANT_SIZES[QTYPES[qtype]]
     n = math.prod(shape)
     if shape[-1] % block:
-        raise ConversionError(f"row length {shape[-1]} is not a multiple of the {qtype} block size {block}")
+        raise GGUFWriteError(f"row length {shape[-1]} is not a multiple of the {qtype} block size {block}")
     return n // block * size
 
 
@@ -71,20 +74,20 @@ def encode(values: np.ndarray, qtype: str) -> np.ndarray:
 def check_name(name: str) -> None:
     """Refuse names ggml cannot hold."""
     if len(name.encode()) > MAX_NAME_BYTES:
-        raise ConversionError(f"tensor name {name!r} is {len(name.encode())} bytes, over the {MAX_NAME_BYTES} limit")
+        raise GGUFWriteError(f"tensor name {name!r} is {len(name.encode())} bytes, over the {MAX_NAME_BYTES} limit")
 
 
 def write_gguf(path: Path, arch: str, kv: list[tuple[str, Any, str]], tensors: list[OutTensor],
                progress: bool = True, label: str = "") -> Path:
-    """Write a GGUF file at ``path`` atomically. ``kv`` holds (key, value, type) with type as in gguf_keys."""
+    """Write a GGUF file at ``path`` atomically. ``kv`` holds (key, value, type) with type as in omnivoice.gguf.keys."""
     seen = set()
     for t in tensors:
         check_name(t.name)
         if t.name in seen:
-            raise ConversionError(f"tensor {t.name!r} would be written twice")
+            raise GGUFWriteError(f"tensor {t.name!r} would be written twice")
         seen.add(t.name)
         if t.qtype not in QTYPES:
-            raise ConversionError(f"tensor {t.name!r}: unknown output type {t.qtype!r}")
+            raise GGUFWriteError(f"tensor {t.name!r}: unknown output type {t.qtype!r}")
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     writer = gguf.GGUFWriter(tmp, arch)
@@ -105,7 +108,7 @@ def write_gguf(path: Path, arch: str, kv: list[tuple[str, Any, str]], tensors: l
         for i, t in enumerate(tensors):
             values = t.produce()
             if tuple(values.shape) != tuple(t.shape):
-                raise ConversionError(f"tensor {t.name!r}: produced shape {values.shape}, planned {t.shape}")
+                raise GGUFWriteError(f"tensor {t.name!r}: produced shape {values.shape}, planned {t.shape}")
             if progress:
                 src = f" <- {t.source}" if t.source and t.source != t.name else ""
                 print(f"{label}[{i + 1:4d}/{len(tensors)}] {t.name} {list(t.shape)} {t.qtype}{src}",
