@@ -102,7 +102,6 @@ def main() -> int:
     p.add_argument("--label", default="", help="free text stored with each JSON line")
     args = p.parse_args()
     from omnivoice.ggml import Runtime
-    from omnivoice.models.lm import STACKED_QKV
     from omnivoice.runners.lm import LanguageModel
 
     on_off = {"auto": None, "on": True, "off": False}
@@ -112,7 +111,7 @@ def main() -> int:
         for q in args.quants.split(","):
             lm = LanguageModel(rt, args.gguf_dir / f"omnivoice-base-{q.upper()}.gguf", flash_attn=flash,
                                stack_projections=on_off[args.stack])
-            stacked = any(n.endswith(STACKED_QKV) for n in lm.weights.names())
+            stacked = lm.weights.layers[0].qkv is not None
             for shape in args.shapes.split(","):
                 pr = prompt(*(SHAPES[shape] if shape in SHAPES else map(int, shape.split(":"))))
                 tokens = pr.input_ids[:, -pr.n_target:]

@@ -246,6 +246,28 @@ class AudioCodec:
         self.close()
 
 
+def _load_selected(runtime: Runtime, path, keep: Callable[[str], bool], derived: dict) -> WeightStore:
+    """The tensors of the codec file that `keep` accepts, plus the `derived` ones, on `runtime`."""
+    f = open_model(path, model.ARCH)
+    store = WeightStore(runtime, str(path), f.metadata, region=f.data)
+    try:
+        for t in f.tensors:
+            if keep(t.name):
+                store.add(t.name, t.tensor_type, t.shape, t.data)
+
+        def source(name: str) -> np.ndarray:
+            t = f.tensor(name)
+            return t.data.view(np.float32).reshape(tuple(reversed(t.shape)))
+
+        for name, fn in derived.items():
+            store.add_array(name, np.asarray(fn(source), np.float32))
+        store.upload(in_place=not runtime.is_gpu, release=f.release)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
 def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None = None,
                runtime: Runtime | None = None, parts: Sequence[str] = model.PARTS,
                encode_backend: str | None = None, **options) -> AudioCodec:
@@ -275,14 +297,14 @@ def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None =
             owned.append(runtime)
         split = encode_backend is not None and "encode" in parts
         keep, derived = model.weight_selection(shapes, config, ("decode",) if split else parts)
-        weights = WeightStore.from_gguf(runtime, path, model.ARCH, keep=keep, derived=derived)
+        weights = _load_selected(runtime, path, keep, derived)
         owned.append(weights)
         enc_runtime = enc_weights = None
         if split:
             enc_runtime = Runtime(encode_backend, n_threads=threads)
             owned.append(enc_runtime)
             keep, derived = model.weight_selection(shapes, config, ("encode",))
-            enc_weights = WeightStore.from_gguf(enc_runtime, path, model.ARCH, keep=keep, derived=derived)
+            enc_weights = _load_selected(enc_runtime, path, keep, derived)
             owned.append(enc_weights)
     except BaseException:
         for obj in reversed(owned):

@@ -1,7 +1,7 @@
 """The LM GGUF (``omnivoice-base-{QUANT}.gguf``, arch ``omnivoice-lm``): Qwen3 + audio embeddings/heads + tokenizer.
 
 Tensors keep their Hugging Face names (``llm.layers.N.self_attn.q_proj.weight``, ``audio_embeddings.weight``,
-...) and shapes (ggml ne = reversed torch shape). ``codebook_layer_offsets`` is dropped: its values go to the
+...; the table in ``omnivoice.gguf.names``) and shapes (ggml ne = reversed torch shape). ``codebook_layer_offsets`` is dropped: its values go to the
 ``omnivoice.codebook_layer_offsets`` metadata array.
 
 Storage types by ``--quant`` (norms are always F32):
@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-from ..gguf import keys as K
+from ..gguf import keys as K, names as N
 from .checkpoint import Checkpoint, require
 from .errors import CheckpointError, ConversionError, raise_problems
 from ..gguf.writer import OutTensor
@@ -31,10 +31,9 @@ from .tokenizer import TokenizerData, read_tokenizer
 QUANTS = ("f32", "f16", "bf16", "q8_0")
 # quant -> (matrix type, embedding type, llama.cpp file type)
 _POLICY = {"f32": ("F32", "F32", 0), "f16": ("F16", "F16", 1), "bf16": ("BF16", "BF16", 32), "q8_0": ("Q8_0", "F16", 7)}
-_MATRIX_SUFFIXES = tuple(f".{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                     "down_proj"))
-EMBEDDINGS = ("llm.embed_tokens.weight", "audio_embeddings.weight")
-OFFSETS = "codebook_layer_offsets"
+EMBEDDINGS = (N.LM_TOKEN_EMBD, N.LM_AUDIO_EMBD)
+_LAYER_MATRICES = (N.LM_ATTN_Q, N.LM_ATTN_K, N.LM_ATTN_V, N.LM_ATTN_OUT, N.LM_FFN_GATE, N.LM_FFN_UP, N.LM_FFN_DOWN)
+OFFSETS = N.LM_CODEBOOK_OFFSETS
 
 
 def lm_hparams(config: dict) -> dict:
@@ -70,24 +69,23 @@ def lm_hparams(config: dict) -> dict:
 def lm_inventory(hp: dict) -> list[tuple[str, tuple[int, ...]]]:
     """Every tensor the LM GGUF holds, with its torch shape, in file order."""
     d, hd, L = hp["hidden"], hp["head_dim"], hp["layers"]
-    inv = [("llm.embed_tokens.weight", (hp["vocab"], d))]
+    inv = [(N.LM_TOKEN_EMBD, (hp["vocab"], d))]
     for i in range(L):
-        p = f"llm.layers.{i}."
-        inv += [
-            (p + "self_attn.q_proj.weight", (hp["heads"] * hd, d)),
-            (p + "self_attn.k_proj.weight", (hp["kv_heads"] * hd, d)),
-            (p + "self_attn.v_proj.weight", (hp["kv_heads"] * hd, d)),
-            (p + "self_attn.o_proj.weight", (d, hp["heads"] * hd)),
-            (p + "self_attn.q_norm.weight", (hd,)),
-            (p + "self_attn.k_norm.weight", (hd,)),
-            (p + "mlp.gate_proj.weight", (hp["ffn"], d)),
-            (p + "mlp.up_proj.weight", (hp["ffn"], d)),
-            (p + "mlp.down_proj.weight", (d, hp["ffn"])),
-            (p + "input_layernorm.weight", (d,)),
-            (p + "post_attention_layernorm.weight", (d,)),
-        ]
+        inv += [(N.layer(name, i), shape) for name, shape in (
+            (N.LM_ATTN_Q, (hp["heads"] * hd, d)),
+            (N.LM_ATTN_K, (hp["kv_heads"] * hd, d)),
+            (N.LM_ATTN_V, (hp["kv_heads"] * hd, d)),
+            (N.LM_ATTN_OUT, (d, hp["heads"] * hd)),
+            (N.LM_ATTN_Q_NORM, (hd,)),
+            (N.LM_ATTN_K_NORM, (hd,)),
+            (N.LM_FFN_GATE, (hp["ffn"], d)),
+            (N.LM_FFN_UP, (hp["ffn"], d)),
+            (N.LM_FFN_DOWN, (d, hp["ffn"])),
+            (N.LM_ATTN_NORM, (d,)),
+            (N.LM_FFN_NORM, (d,)),
+        )]
     n_audio = hp["n_codebooks"] * hp["audio_vocab"]
-    inv += [("llm.norm.weight", (d,)), ("audio_embeddings.weight", (n_audio, d)), ("audio_heads.weight", (n_audio, d))]
+    inv += [(N.LM_OUTPUT_NORM, (d,)), (N.LM_AUDIO_EMBD, (n_audio, d)), (N.LM_AUDIO_HEADS, (n_audio, d))]
     return inv
 
 
@@ -98,7 +96,7 @@ def storage_type(name: str, shape: tuple[int, ...], quant: str) -> str:
     matrix, embedding, _ = _POLICY[quant]
     if name in EMBEDDINGS:
         return embedding
-    if name.endswith(_MATRIX_SUFFIXES) or name == "audio_heads.weight":
+    if name == N.LM_AUDIO_HEADS or any(N.is_layer(t, name) for t in _LAYER_MATRICES):
         if matrix == "Q8_0" and shape[-1] % 32:
             return "F16"
         return matrix

@@ -16,6 +16,8 @@ millisecond per thousand nodes, allocation much more.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import types
@@ -23,6 +25,8 @@ from ._ffi import consts, ffi, lib
 from .backend import Runtime
 
 DEFAULT_MAX_NODES = 16384
+
+Tensor = Any  # a ggml tensor: cffi cdata 'struct ggml_tensor *' (type hints only)
 
 
 def ne_of(t) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ F16 = lib.GGML_TYPE_F16
 BF16 = lib.GGML_TYPE_BF16
 Q8_0 = lib.GGML_TYPE_Q8_0
 I32 = lib.GGML_TYPE_I32
+COUNT = lib.GGML_TYPE_COUNT  # type ids lie in [0, COUNT)
 
 _NUMPY = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), I32: np.dtype(np.int32)}
 _BY_NAME = {"f32": F32, "f16": F16, "bf16": BF16, "q8_0": Q8_0, "i32": I32}
@@ -42,5 +43,9 @@ def by_name(name: str) -> int:
 
 
 def type_name(ggml_type: int) -> str:
+    """ggml's name of a type (F32, Q8_0, ...); "type N" for an id outside this build's range."""
     from ._ffi import ffi
+
+    if not 0 <= ggml_type < COUNT:
+        return f"type {ggml_type}"
     return ffi.string(lib.ggml_type_name(ggml_type)).decode()

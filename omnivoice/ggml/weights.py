@@ -1,159 +1,162 @@
-"""A model's weights: GGUF tensors on a backend, plus derived tensors computed at load time.
+"""A model's weights on a backend: tensors created one by one (`add`), then allocated and filled at once (`upload`).
 
-omnivoice.gguf's reader memory-maps the file. On the CPU the map itself is the weight buffer (the weights are in RAM
-once, as file pages); on a GPU each tensor is copied from the map and its pages are released right after, so
-the process never holds a second copy in RAM.
+Every tensor is checked before ggml sees it (rank, dimensions, a type this ggml build knows, the byte count its
+type and shape need), so a damaged file is a Python error, not an abort inside ggml. What a model expects of
+each tensor (its shape and type) is the loaders' business (omnivoice.loaders).
+
+On the CPU a tensor whose data is a view of the `region` given to the store (a GGUF file's memory-mapped data
+section) is used in place: the weights are in RAM once, as file pages. Other tensors are copied into one backend
+buffer per context, and `release` is told about each source array after its copy, so a loader can let the
+kernel drop the file pages it no longer needs.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ..gguf import open_model
 from . import types
-from ._ffi import ffi, lib
+from ._ffi import consts, ffi, lib
 from .backend import Runtime
-from .graph import new_context, set_name
+from .graph import Tensor, new_context, set_name
+
+TENSORS_PER_CONTEXT = 512
+CPU_BUFFER_ALIGNMENT = 32  # ggml_backend_cpu_buffer_from_ptr asserts this of the memory it wraps (TENSOR_ALIGNMENT)
 
 
-class _Stacked:
-    """Raw tensor data of several GGUF matrices, joined (rows of the first, then of the next...) when uploaded."""
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
 
-    def __init__(self, parts: list[np.ndarray]) -> None:
-        self.parts = parts
 
-    def join(self) -> np.ndarray:
-        return np.concatenate([np.asarray(p).reshape(-1) for p in self.parts])
+def nbytes_of(ggml_type: int, ne: Iterable[int]) -> int:
+    """Bytes a tensor of this ggml type and shape (ne0 first) takes; ValueError for a type this ggml build does
+    not know or a row length that is not a whole number of the type's blocks (ggml asserts on both)."""
+    ne = [int(x) for x in ne]
+    if not 0 <= ggml_type < lib.GGML_TYPE_COUNT or lib.ggml_blck_size(ggml_type) == 0:
+        raise ValueError(f"ggml type {ggml_type} is not a tensor type this ggml build knows")
+    block = lib.ggml_blck_size(ggml_type)
+    if ne[0] % block:
+        raise ValueError(f"row length {ne[0]} is not a multiple of {types.type_name(ggml_type)}'s block of {block}")
+    n = lib.ggml_type_size(ggml_type) * (ne[0] // block)
+    for x in ne[1:]:
+        n *= x
+    return n
 
 
 class WeightStore:
-    """Named weight tensors on the runtime's primary device.
+    """Named weight tensors on the runtime's primary device."""
 
-    Tensors are either copied into one backend buffer (GPU backends, numpy arrays), or, on the CPU, used in
-    place: the buffer is the GGUF file's memory map itself, so the weights are in RAM once, as file pages.
-    """
-
-    def __init__(self, runtime: Runtime, entries: list[tuple[str, int, list[int], Any]],
-                 metadata: dict[str, Any] | None = None, source: str = "<arrays>",
-                 mapped: list[tuple[str, int, list[int], Any]] | None = None, region: Any = None,
-                 release: Callable[[Any], None] | None = None) -> None:
-        """Use from_gguf / from_arrays. `entries` (name, ggml type, ne, data) are copied into a device buffer
-        (then `release(data)` is called); `mapped` ones are used in place inside the host array `region`."""
+    def __init__(self, runtime: Runtime, source: str = "<arrays>", metadata: dict[str, Any] | None = None,
+                 region: np.ndarray | None = None) -> None:
+        """An empty store; `source` names it in errors, `region` is the host memory tensors may be used in."""
         self.runtime = runtime
-        self.metadata = metadata or {}
         self.source = source
-        self._tensors: dict[str, Any] = {}
+        self.metadata = metadata or {}
+        self._region = region  # kept alive as long as tensors point into it
+        self._tensors: dict[str, Tensor] = {}
+        self._data: dict[str, Any] = {}  # name -> numpy array, or a list of arrays stacked row after row
         self._ctxs: list = []
+        self._room = 0
         self._buffers: list = []
-        self._region = region  # keeps the memory map alive as long as tensors point into it
+        self._uploaded = False
+
+    # ------------------------------------------------------------------------------------------ building
+    def add(self, name: str, ggml_type: int, ne: Iterable[int], data: np.ndarray | list[np.ndarray]) -> Tensor:
+        """A new tensor `name` of this ggml type and shape (ne0 first) that will hold `data`: an array of its raw
+        bytes, or a list of arrays whose rows are joined (stacked matrices). Allocated by `upload`."""
+        if self._uploaded:
+            raise RuntimeError(f"{self.source}: tensors cannot be added after upload")
+        if name in self._tensors:
+            raise ValueError(f"{self.source}: tensor {name!r} added twice")
+        ne = [int(x) for x in ne]
+        if not 1 <= len(ne) <= consts["GGML_MAX_DIMS"] or min(ne) < 1:
+            raise ValueError(f"{self.source}: tensor {name!r} has shape {ne}; ggml takes 1 to 4 dimensions of "
+                             "at least 1")
         try:
+            want = nbytes_of(ggml_type, ne)
+        except ValueError as e:
+            raise ValueError(f"{self.source}: tensor {name!r}: {e}") from None
+        parts = data if isinstance(data, list) else [data]
+        have = sum(int(np.asarray(p).nbytes) for p in parts)
+        if have != want:
+            raise ValueError(f"{self.source}: tensor {name!r} holds {have} bytes; its type "
+                             f"{types.type_name(ggml_type)} and shape {ne} need {want}")
+        if self._room == 0:
+            self._ctxs.append(new_context(TENSORS_PER_CONTEXT))
+            self._room = TENSORS_PER_CONTEXT
+        fn = (lib.ggml_new_tensor_1d, lib.ggml_new_tensor_2d, lib.ggml_new_tensor_3d,
+              lib.ggml_new_tensor_4d)[len(ne) - 1]
+        t = set_name(fn(self._ctxs[-1], ggml_type, *ne), name)
+        self._room -= 1
+        self._tensors[name] = t
+        self._data[name] = data
+        return t
+
+    def add_array(self, name: str, array: np.ndarray) -> Tensor:
+        """A tensor holding a numpy array (float32, float16 or int32), e.g. one computed at load time."""
+        array = np.ascontiguousarray(array)
+        return self.add(name, types.from_numpy(array.dtype), list(reversed(array.shape)) or [1], array)
+
+    def _in_region(self, data) -> bool:
+        if self._region is None or not isinstance(data, np.ndarray):
+            return False
+        start, base = _address(data), _address(self._region)
+        return base <= start and start + data.nbytes <= base + self._region.nbytes
+
+    def upload(self, in_place: bool = False, release: Callable[[np.ndarray], None] | None = None) -> None:
+        """Allocate every tensor and fill it. With `in_place` (CPU runtimes only), tensors whose data lies in the
+        store's region use that memory itself; the others are copied, then `release(source)` is called."""
+        if self._uploaded:
+            return
+        self._uploaded = True
+        try:
+            mapped = set()
+            if in_place and self._region is not None:
+                if self.runtime.is_gpu:
+                    raise ValueError("weights can be used in place only by the CPU backend")
+                # a region that ggml cannot wrap (a file aligned to less than 32 bytes) is copied instead
+                if _address(self._region) % CPU_BUFFER_ALIGNMENT == 0:
+                    mapped = {n for n, d in self._data.items() if self._in_region(d)}
             if mapped:
-                ctx = self._new_tensors(mapped)
-                base = ffi.cast("char *", ffi.from_buffer(region))
-                buf = lib.ggml_backend_cpu_buffer_from_ptr(base, region.nbytes)
+                base = ffi.cast("char *", ffi.from_buffer(self._region))
+                buf = lib.ggml_backend_cpu_buffer_from_ptr(base, self._region.nbytes)
                 if buf == ffi.NULL:
-                    raise MemoryError(f"could not map the weights of {source}")
+                    raise MemoryError(f"could not map the weights of {self.source}")
                 self._buffers.append(buf)
-                for name, _, _, data in mapped:
-                    offset = data.__array_interface__["data"][0] - region.__array_interface__["data"][0]
+                for name in mapped:
+                    offset = _address(self._data[name]) - _address(self._region)
                     if lib.ggml_backend_tensor_alloc(buf, self._tensors[name], base + offset) != 0:
-                        raise ValueError(f"{source}: tensor {name!r} is misaligned in the file")
-                del ctx
-            if entries:
-                ctx = self._new_tensors(entries)
-                buf = lib.ggml_backend_alloc_ctx_tensors(ctx, runtime.backend)
-                if buf == ffi.NULL:
-                    raise MemoryError(f"could not allocate the weights of {source} on {runtime.device.spec}")
-                self._buffers.append(buf)
-                for name, _, _, entry_data in entries:
-                    gt = self._tensors[name]
-                    stacked = isinstance(entry_data, _Stacked)
-                    data = entry_data.join() if stacked else np.ascontiguousarray(entry_data)
-                    if lib.ggml_nbytes(gt) != data.nbytes:
-                        raise ValueError(f"{source}: tensor {name!r} holds {data.nbytes} bytes; its type and "
-                                         f"shape need {lib.ggml_nbytes(gt)}")
-                    lib.ggml_backend_tensor_set(gt, ffi.from_buffer(data), 0, data.nbytes)
-                    if release is not None:
-                        release(entry_data)
+                        raise ValueError(f"{self.source}: tensor {name!r} cannot be used in place")
+            copied = [n for n in self._tensors if n not in mapped]
+            for ctx in self._ctxs:
+                # contexts whose tensors are all mapped have nothing left to allocate (ggml returns NULL then)
+                if any(self._tensors[n].data == ffi.NULL for n in copied):
+                    buf = lib.ggml_backend_alloc_ctx_tensors(ctx, self.runtime.backend)
+                    if buf == ffi.NULL:
+                        raise MemoryError(f"could not allocate the weights of {self.source} on "
+                                          f"{self.runtime.device.spec}")
+                    self._buffers.append(buf)
+            for name in copied:
+                data = self._data[name]
+                parts = data if isinstance(data, list) else [data]
+                offset = 0
+                for p in parts:  # stacked parts go in row after row
+                    p = np.ascontiguousarray(p)
+                    lib.ggml_backend_tensor_set(self._tensors[name], ffi.from_buffer(p), offset, p.nbytes)
+                    offset += p.nbytes
+                if release is not None:
+                    for p in parts:
+                        release(p)
             for buf in self._buffers:
                 lib.ggml_backend_buffer_set_usage(buf, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+            if not mapped:
+                self._region = None  # every tensor was copied: the file's map need not outlive the load
         except BaseException:
             self.close()
             raise
-
-    def _new_tensors(self, entries):
-        ctx = new_context(max(1, len(entries)))
-        self._ctxs.append(ctx)
-        for name, ggml_type, ne, _ in entries:
-            if not 1 <= len(ne) <= 4:
-                raise ValueError(f"{self.source}: tensor {name!r} has {len(ne)} dimensions; ggml supports 1 to 4")
-            fn = (lib.ggml_new_tensor_1d, lib.ggml_new_tensor_2d, lib.ggml_new_tensor_3d,
-                  lib.ggml_new_tensor_4d)[len(ne) - 1]
-            self._tensors[name] = set_name(fn(ctx, ggml_type, *[int(x) for x in ne]), name)
-        return ctx
-
-    @classmethod
-    def from_gguf(cls, runtime: Runtime, path: str | Path, expect_arch: str | None = None,
-                  keep: Callable[[str], bool] | None = None,
-                  derived: dict[str, Callable[[Callable[[str], np.ndarray]], np.ndarray]] | None = None,
-                  mmap: bool | None = None, stack: dict[str, list[str]] | None = None) -> "WeightStore":
-        """Load the tensors of a GGUF file (those `keep` accepts) plus `derived` ones.
-
-        `derived` maps a new tensor name to a function that receives a getter (name -> float32 numpy array of a
-        GGUF tensor) and returns the float32 array to upload, e.g. Snake's 1 / (alpha + 1e-9).
-        `mmap` (default: on for the CPU backend) uses the file's pages in place instead of copying them.
-        `stack` maps a new name to GGUF matrices of one type and row length, stacked along ne1 (their rows one
-        after another, so one matrix product does the work of several); the parts themselves are not loaded.
-        It needs the copying path (`mmap` False).
-        """
-        path = Path(path)
-        reader = open_model(path, expect_arch)
-        by_name = {t.name: t for t in reader.tensors}
-
-        def info(name: str):
-            try:
-                return by_name[name]
-            except KeyError:
-                raise KeyError(f"{path}: tensor {name!r} is missing") from None
-
-        def source(name: str) -> np.ndarray:
-            t = info(name)
-            if int(t.tensor_type) not in (types.F32, types.F16):
-                raise TypeError(f"{path}: tensor {name!r} must be F32 or F16 to derive from")
-            dtype = np.float32 if int(t.tensor_type) == types.F32 else np.float16
-            return t.data.view(dtype).reshape(tuple(reversed(t.shape))).astype(np.float32)
-
-        stacked_parts = {part for parts in (stack or {}).values() for part in parts}
-        chosen = [(t.name, t.tensor_type, [int(x) for x in t.shape], t.data)
-                  for t in reader.tensors if (keep is None or keep(t.name)) and t.name not in stacked_parts]
-        for name, parts in (stack or {}).items():
-            infos = [info(part) for part in parts]
-            if any(len(t.shape) != 2 for t in infos):
-                raise ValueError(f"{path}: cannot stack {', '.join(parts)}: only matrices stack")
-            if len({(int(t.tensor_type), int(t.shape[0])) for t in infos}) != 1:
-                raise ValueError(f"{path}: cannot stack {', '.join(parts)}: their types or row lengths differ")
-            ne = [int(infos[0].shape[0]), sum(int(t.shape[1]) for t in infos)]
-            chosen.append((name, infos[0].tensor_type, ne, _Stacked([t.data for t in infos])))
-        extra = []
-        for name, fn in (derived or {}).items():
-            arr = np.ascontiguousarray(fn(source), dtype=np.float32)
-            extra.append((name, types.F32, list(reversed(arr.shape)), arr))
-        if mmap is None:
-            mmap = not runtime.is_gpu and not stack
-        if mmap:
-            if stack:
-                raise ValueError("stacked weights need a copy of the file's tensors (mmap=False)")
-            return cls(runtime, extra, reader.metadata, str(path), mapped=chosen, region=reader.data)
-
-        def release(data: np.ndarray) -> None:
-            for part in data.parts if isinstance(data, _Stacked) else [data]:
-                reader.release(part.__array_interface__["data"][0] - reader.data.__array_interface__["data"][0]
-                               + (len(reader.mmap) - reader.data.nbytes), part.nbytes)
-
-        return cls(runtime, chosen + extra, reader.metadata, str(path), release=release)
+        finally:
+            self._data = {}
 
     @classmethod
     def from_arrays(cls, runtime: Runtime, arrays: dict[str, np.ndarray | tuple[str, np.ndarray]]
@@ -161,21 +164,26 @@ class WeightStore:
         """Upload numpy arrays; a value `(type_name, array)` stores a float array as f16, bf16 or q8_0."""
         import gguf
 
-        entries = []
-        for name, value in arrays.items():
-            type_name, arr = value if isinstance(value, tuple) else (None, value)
-            arr = np.asarray(arr)
-            if type_name is None:
-                ggml_type = types.from_numpy(arr.dtype)
-                data = arr
-            else:
-                ggml_type = types.by_name(type_name)
-                data = gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32),
-                                            gguf.GGMLQuantizationType(ggml_type))
-            entries.append((name, ggml_type, list(reversed(arr.shape)), data))
-        return cls(runtime, entries)
+        store = cls(runtime)
+        try:
+            for name, value in arrays.items():
+                type_name, arr = value if isinstance(value, tuple) else (None, value)
+                arr = np.asarray(arr)
+                if type_name is None:
+                    store.add_array(name, arr)
+                else:
+                    ggml_type = types.by_name(type_name)
+                    data = gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32),
+                                                gguf.GGMLQuantizationType(ggml_type))
+                    store.add(name, ggml_type, list(reversed(arr.shape)), data)
+            store.upload()
+        except BaseException:
+            store.close()
+            raise
+        return store
 
-    def __getitem__(self, name: str):
+    # ------------------------------------------------------------------------------------------ access
+    def __getitem__(self, name: str) -> Tensor:
         try:
             return self._tensors[name]
         except KeyError:
@@ -194,12 +202,13 @@ class WeightStore:
     def nbytes(self) -> int:
         return sum(lib.ggml_backend_buffer_get_size(b) for b in self._buffers)
 
+    # ------------------------------------------------------------------------------------------ lifetime
     def close(self) -> None:
         for buf in getattr(self, "_buffers", []):
             lib.ggml_backend_buffer_free(buf)
         for ctx in getattr(self, "_ctxs", []):
             lib.ggml_free(ctx)
-        self._buffers, self._ctxs, self._region = [], [], None
+        self._buffers, self._ctxs, self._region, self._tensors = [], [], None, {}
 
     def __enter__(self) -> "WeightStore":
         return self

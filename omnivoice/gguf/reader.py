@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional
 
-from .keys import GENERAL_ARCHITECTURE
+from .keys import GENERAL_ALIGNMENT, GENERAL_ARCHITECTURE
 
 GGUF_MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32  # of tensor data, when general.alignment is absent
+MAX_DIMS = 4
 
 # GGUF value types -> struct format of one scalar.
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -146,11 +148,16 @@ class GGUFFile:
     mmap: Any = None  # the file's read-only memory map (for madvise)
     data: Any = None  # numpy uint8 view of the whole data section
 
-    def release(self, start: int, length: int) -> None:
-        """Let the kernel drop the mapped pages of bytes [start, start + length) of the file (after a copy),
-        so a loader that copies every tensor elsewhere never holds the whole file in memory as well."""
+    def release(self, view) -> None:
+        """Let the kernel drop the mapped pages under `view`, a tensor's data (after a copy), so a loader that
+        copies every tensor elsewhere never holds the whole file in memory as well. Other arrays are ignored."""
+        length = int(view.nbytes)
         if self.mmap is None or length <= 0 or not hasattr(mmap, "MADV_DONTNEED"):
             return
+        into = view.__array_interface__["data"][0] - self.data.__array_interface__["data"][0]
+        if not 0 <= into <= self.data.nbytes - length:
+            return
+        start = into + len(self.mmap) - self.data.nbytes  # the data section ends the file
         page = mmap.PAGESIZE
         begin = start // page * page
         end = min(len(self.mmap), -(-(start + length) // page) * page)
@@ -192,20 +199,36 @@ def read_gguf(path: str) -> GGUFFile:
     for _ in range(n_kv):
         key = cur.string("a metadata key")
         vtype = cur.unpack("I", f"the type of {key!r}")
+        if key in meta:
+            raise GGUFFormatError(f"{path}: metadata key {key!r} appears twice")
         meta[key] = cur.value(vtype, key, True)
     infos = []
     for i in range(n_tensors):
         name = cur.string(f"the name of tensor {i}")
         n_dims = cur.unpack("I", f"the rank of {name!r}")
+        if not 1 <= n_dims <= MAX_DIMS:
+            raise GGUFFormatError(f"{path}: tensor {name!r} has {n_dims} dimensions; GGUF allows 1 to {MAX_DIMS}")
         shape = tuple(cur.unpack("Q", f"the shape of {name!r}") for _ in range(n_dims))
         ttype, offset = cur.unpack("IQ", f"the type and offset of {name!r}")
         infos.append((name, shape, ttype, offset))
-    align = int(meta.get("general.alignment", 32))
+    if len({name for name, *_ in infos}) != len(infos):
+        seen = [name for name, *_ in infos]
+        twice = next(n for n in seen if seen.count(n) > 1)
+        raise GGUFFormatError(f"{path}: tensor {twice!r} appears twice")
+    align = meta.get(GENERAL_ALIGNMENT, DEFAULT_ALIGNMENT)
+    if isinstance(align, bool) or not isinstance(align, int) or align < 1 or align & (align - 1):
+        raise GGUFFormatError(f"{path}: {GENERAL_ALIGNMENT} is {align!r}, expected a power of two (bytes)")
     data_start = (cur.off + align - 1) // align * align
     whole = np.frombuffer(mm, dtype=np.uint8)
     tensors = []
     for name, shape, ttype, offset in infos:
-        n = tensor_nbytes(ttype, shape)
+        try:
+            n = tensor_nbytes(ttype, shape)
+        except GGUFFormatError as e:
+            raise GGUFFormatError(f"{path}: tensor {name!r}: {e}") from None
+        if offset % align:
+            raise GGUFFormatError(f"{path}: tensor {name!r} starts at data offset {offset}, not a multiple of "
+                                  f"{GENERAL_ALIGNMENT} = {align}")
         start = data_start + offset
         if start + n > len(whole):
             raise GGUFFormatError(f"{path}: tensor {name!r} ends at byte {start + n}, past the end of the file "

@@ -20,15 +20,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..gguf import keys as K
 from .. import nn
-from ..ggml import lib
-
-ARCH = K.ARCH_LM
+from ..ggml import Tensor, lib
 
 
 @dataclass(frozen=True)
 class LMConfig:
+    """Hyper-parameters of the LM (read and cross-checked by omnivoice.loaders.lm)."""
+
     n_layer: int
     n_embd: int
     n_ff: int
@@ -38,31 +37,50 @@ class LMConfig:
     rms_eps: float
     rope_theta: float
     n_codebook: int
-    audio_vocab: int
+    audio_vocab: int      # ids per codebook, the mask id included (1025)
     audio_mask_id: int
-
-    @classmethod
-    def from_metadata(cls, meta: dict) -> "LMConfig":
-        """Hyper-parameters from the GGUF metadata the converter writes; a missing key is named."""
-        def get(key: str):
-            try:
-                return meta[key]
-            except KeyError:
-                raise ValueError(f"LM GGUF lacks metadata key {key!r}") from None
-
-        return cls(n_layer=int(get(K.LM_BLOCK_COUNT)), n_embd=int(get(K.LM_EMBEDDING_LENGTH)),
-                   n_ff=int(get(K.LM_FEED_FORWARD_LENGTH)), n_head=int(get(K.LM_HEAD_COUNT)),
-                   n_head_kv=int(get(K.LM_HEAD_COUNT_KV)), head_dim=int(get(K.LM_KEY_LENGTH)),
-                   rms_eps=float(get(K.LM_RMS_EPS)), rope_theta=float(get(K.LM_ROPE_FREQ_BASE)),
-                   n_codebook=int(get(K.NUM_AUDIO_CODEBOOK)), audio_vocab=int(get(K.AUDIO_VOCAB_SIZE)),
-                   audio_mask_id=int(get(K.AUDIO_MASK_ID)))
+    n_vocab: int          # text tokens (rows of the text embedding)
 
 
-def embed(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask):
+# The weights as the graph reads them, ggml shapes (ne0 first): E = n_embd, D = head_dim, H and Hkv the query
+# and key/value heads, F = n_ff, N = n_codebook * audio_vocab. The loader fills them once from the GGUF, every
+# shape and type checked; names in omnivoice.gguf.names.
+
+@dataclass(frozen=True)
+class LMLayer:
+    """One decoder layer. q/k/v and gate/up are either separate matrices or stacked into one (`qkv`,
+    `gate_up`) at load time; the unused form is None."""
+
+    attn_norm: Tensor               # [E]
+    q_norm: Tensor                  # [D]
+    k_norm: Tensor                  # [D]
+    o: Tensor                       # [H D, E]
+    ffn_norm: Tensor                # [E]
+    down: Tensor                    # [F, E]
+    q: Tensor | None = None         # [E, H D]
+    k: Tensor | None = None         # [E, Hkv D]
+    v: Tensor | None = None         # [E, Hkv D]
+    qkv: Tensor | None = None       # [E, (H + 2 Hkv) D]: the rows of q, k, v
+    gate: Tensor | None = None      # [E, F]
+    up: Tensor | None = None        # [E, F]
+    gate_up: Tensor | None = None   # [E, 2 F]: the rows of gate, up (ggml_swiglu: silu(first half) * second)
+
+
+@dataclass(frozen=True)
+class LMWeights:
+    tok_embd: Tensor                # [E, n_vocab]
+    audio_embd: Tensor              # [E, N]: codebook k's ids start at row k * audio_vocab
+    layers: tuple[LMLayer, ...]
+    output_norm: Tensor             # [E]
+    audio_heads: Tensor             # [E, N]
+    class_bias: Tensor              # [audio_vocab] F32, made at load: 0, -inf at the mask id
+
+
+def embed(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask):
     """Hybrid input embedding -> [n_embd, L]."""
     L = text_ids.ne[0]
-    text = nn.embedding(ctx, w["llm.embed_tokens.weight"], text_ids)             # [C, L]
-    codes = nn.embedding(ctx, w["audio_embeddings.weight"], audio_ids)           # [C, 8 * L]
+    text = nn.embedding(ctx, w.tok_embd, text_ids)                               # [C, L]
+    codes = nn.embedding(ctx, w.audio_embd, audio_ids)                           # [C, 8 * L]
     row = codes.nb[1] * L
     audio = lib.ggml_view_2d(ctx, codes, cfg.n_embd, L, codes.nb[1], 0)
     for k in range(1, cfg.n_codebook):
@@ -73,36 +91,20 @@ def embed(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask):
     return lib.ggml_add(ctx, lib.ggml_mul(ctx, text, keep_text), lib.ggml_mul(ctx, audio, m))
 
 
-# Projections that share their input, stacked into one matrix at load time where the runtime copies the weights
-# (LanguageModel's `stack_projections`): on a GPU one larger product beats several small ones.
-STACKED_QKV = "self_attn.qkv_proj.weight"        # q_proj, k_proj, v_proj rows
-STACKED_GATE_UP = "mlp.gate_up_proj.weight"      # gate_proj, up_proj rows (ggml_swiglu: silu(first half) * second)
-
-
-def stacked_weights(cfg: LMConfig) -> dict[str, list[str]]:
-    """The stacked matrices of every layer and the GGUF matrices each is made of, in row order."""
-    out = {}
-    for i in range(cfg.n_layer):
-        p = f"llm.layers.{i}."
-        out[p + STACKED_QKV] = [p + f"self_attn.{n}_proj.weight" for n in "qkv"]
-        out[p + STACKED_GATE_UP] = [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
-    return out
-
-
 def heads(ctx, x, cfg: LMConfig, n: int, first: int = 0):
     """Heads [first, first + n) of a projection x [(heads) * D, L] as [D, n, L] (a view)."""
     D, es = cfg.head_dim, x.nb[0]
     return lib.ggml_view_3d(ctx, x, D, n, x.ne[1], D * es, x.nb[1], first * D * es)
 
 
-def qkv_projections(ctx, w, cfg: LMConfig, p: str, cur):
+def qkv_projections(ctx, layer: LMLayer, cfg: LMConfig, cur):
     """q [D, H, L], k and v [D, Hkv, L] of the normed input cur [n_embd, L]."""
     H, Hkv = cfg.n_head, cfg.n_head_kv
-    if p + STACKED_QKV in w:
-        qkv = lib.ggml_mul_mat(ctx, w[p + STACKED_QKV], cur)                               # [(H + 2 Hkv) D, L]
+    if layer.qkv is not None:
+        qkv = lib.ggml_mul_mat(ctx, layer.qkv, cur)                                          # [(H + 2 Hkv) D, L]
         return heads(ctx, qkv, cfg, H), heads(ctx, qkv, cfg, Hkv, H), heads(ctx, qkv, cfg, Hkv, H + Hkv)
-    return tuple(heads(ctx, lib.ggml_mul_mat(ctx, w[p + f"self_attn.{name}_proj.weight"], cur), cfg, n)
-                 for name, n in (("q", H), ("k", Hkv), ("v", Hkv)))
+    return tuple(heads(ctx, lib.ggml_mul_mat(ctx, w, cur), cfg, n)
+                 for w, n in ((layer.q, H), (layer.k, Hkv), (layer.v, Hkv)))
 
 
 def positions(ctx, x, start: int, n: int):
@@ -130,37 +132,35 @@ def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | N
     return concat(ctx, parts, 1)
 
 
-def layer(ctx, w, cfg: LMConfig, i: int, x, pos, segments, flash_kv: int | None):
+def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, x, pos, segments, flash_kv: int | None):
     """One Qwen3 decoder layer: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
     prompt; `flash_kv`: K/V type of flash attention, or None for the plain path."""
-    p = f"llm.layers.{i}."
     residual = x
-    cur = nn.rms_norm(ctx, x, w[p + "input_layernorm.weight"], cfg.rms_eps)
+    cur = nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps)
 
-    q, k, v = qkv_projections(ctx, w, cfg, p, cur)                                    # [D, H or Hkv, L]
-    q = nn.rms_norm(ctx, q, w[p + "self_attn.q_norm.weight"], cfg.rms_eps)
-    k = nn.rms_norm(ctx, k, w[p + "self_attn.k_norm.weight"], cfg.rms_eps)
+    q, k, v = qkv_projections(ctx, layer, cfg, cur)                                    # [D, H or Hkv, L]
+    q = nn.rms_norm(ctx, q, layer.q_norm, cfg.rms_eps)
+    k = nn.rms_norm(ctx, k, layer.k_norm, cfg.rms_eps)
     q = nn.rope_neox(ctx, q, pos, cfg.rope_theta)
     k = nn.rope_neox(ctx, k, pos, cfg.rope_theta)
     cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv)                       # [D * H, L]
-    cur = lib.ggml_mul_mat(ctx, w[p + "self_attn.o_proj.weight"], cur)                    # [n_embd, L]
+    cur = lib.ggml_mul_mat(ctx, layer.o, cur)                                                # [n_embd, L]
     x = lib.ggml_add(ctx, residual, cur)
 
     residual = x
-    cur = nn.rms_norm(ctx, x, w[p + "post_attention_layernorm.weight"], cfg.rms_eps)
-    if p + STACKED_GATE_UP in w:
-        gate_up = lib.ggml_mul_mat(ctx, w[p + STACKED_GATE_UP], cur)                      # [2 n_ff, L]
-        cur = lib.ggml_mul_mat(ctx, w[p + "mlp.down_proj.weight"], lib.ggml_swiglu(ctx, gate_up))
+    cur = nn.rms_norm(ctx, x, layer.ffn_norm, cfg.rms_eps)
+    if layer.gate_up is not None:
+        gate_up = lib.ggml_mul_mat(ctx, layer.gate_up, cur)                                  # [2 n_ff, L]
+        cur = lib.ggml_mul_mat(ctx, layer.down, lib.ggml_swiglu(ctx, gate_up))
     else:
-        cur = nn.swiglu(ctx, cur, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
-                        w[p + "mlp.down_proj.weight"])
+        cur = nn.swiglu(ctx, cur, layer.gate, layer.up, layer.down)
     return lib.ggml_add(ctx, residual, cur)
 
 
 FP16_MAX = 65504.0
 
 
-def hidden_states(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask, pos, segments,
+def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask, pos, segments,
                   flash_kv: int | None, clamp_fp16: bool = False):
     """The backbone: embeddings, every layer, final norm -> [n_embd, L].
 
@@ -168,16 +168,16 @@ def hidden_states(ctx, w, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_m
     keep activations in F16; a no-op on healthy F32 activations).
     """
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask, text_mask)
-    for i in range(cfg.n_layer):
-        x = layer(ctx, w, cfg, i, x, pos, segments, flash_kv)
+    for layer in w.layers:
+        x = decoder_layer(ctx, layer, cfg, x, pos, segments, flash_kv)
         if clamp_fp16:
             x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
-    return nn.rms_norm(ctx, x, w["llm.norm.weight"], cfg.rms_eps)
+    return nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps)
 
 
-def audio_logits(ctx, w, cfg: LMConfig, h):
+def audio_logits(ctx, w: LMWeights, cfg: LMConfig, h):
     """audio_heads over the given positions: h [n_embd, N] -> logits [audio_vocab, n_codebook, N]."""
-    logits = lib.ggml_mul_mat(ctx, w["audio_heads.weight"], h)                           # [8 * V, N]
+    logits = lib.ggml_mul_mat(ctx, w.audio_heads, h)                                     # [8 * V, N]
     return lib.ggml_reshape_3d(ctx, logits, cfg.audio_vocab, cfg.n_codebook, h.ne[1])
 
 

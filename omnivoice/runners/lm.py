@@ -16,8 +16,8 @@ import numpy as np
 
 from ..ggml import Graph, Runtime, WeightStore, lib, types
 from ..gguf import open_model
+from ..loaders import lm as loader
 from ..models import lm as lm_graph
-from ..models.lm import ARCH, LMConfig
 
 
 @dataclass(frozen=True)
@@ -46,15 +46,11 @@ class LanguageModel:
         """`stack_projections` (default: on GPUs) loads q/k/v and gate/up as one matrix each; the CPU
         otherwise computes on the file's memory map in place, which stacking would have to copy."""
         self.runtime = runtime
-        self.cfg = LMConfig.from_metadata(open_model(path, ARCH).metadata)
-        # -inf on the mask id: the greedy pick in the graph never emits it.
-        class_bias = np.zeros(self.cfg.audio_vocab, np.float32)
-        class_bias[self.cfg.audio_mask_id] = -np.inf
+        f = open_model(path, loader.ARCH)
+        self.cfg = loader.read_config(f)
         if stack_projections is None:
             stack_projections = runtime.is_gpu
-        self.weights = WeightStore.from_gguf(
-            runtime, path, expect_arch=ARCH, derived={"omnivoice.class_bias": lambda _: class_bias},
-            stack=lm_graph.stacked_weights(self.cfg) if stack_projections else None)
+        self.weights, self.store = loader.load_weights(runtime, f, self.cfg, stack=stack_projections)
         # Flash attention keeps K/V in F16 on GPUs (their kernels take that and accumulate in F32); the CPU
         # kernel takes F32 K/V and then accumulates in F32 too (with F16 K/V it accumulates V in F16, 1e-2 off
         # in the logits), 2.6x faster than the plain path at 346 positions and float32-exact.
@@ -69,7 +65,7 @@ class LanguageModel:
 
     @property
     def metadata(self) -> dict:
-        return self.weights.metadata
+        return self.store.metadata
 
     def session(self, prompts: list[Prompt], guidance_scale: float, greedy: bool,
                 with_logits: bool = False) -> "ChunkSession":
@@ -77,7 +73,7 @@ class LanguageModel:
         return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)
 
     def close(self) -> None:
-        self.weights.close()
+        self.store.close()
 
 
 class ChunkSession:
@@ -147,7 +143,7 @@ class ChunkSession:
             uncond2 = lib.ggml_reshape_2d(g.ctx, uncond, cfg.audio_vocab, C * T)
             lp = lm_graph.guided_log_probs(g.ctx, cond2, uncond2, guidance_scale)                   # [V, C*T]
             if greedy:
-                pred, score = lm_graph.greedy_pick(g.ctx, lp, w["omnivoice.class_bias"])
+                pred, score = lm_graph.greedy_pick(g.ctx, lp, w.class_bias)
                 outs_pred.append(g.output(f"pred_{i}", pred))
                 outs_score.append(g.output(f"score_{i}", score))
             else:

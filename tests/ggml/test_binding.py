@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnivoice.ggml import Graph, Runtime, WeightStore, lib, list_devices, parse_spec, read_tensor
+from omnivoice.ggml import Graph, Runtime, WeightStore, ffi, lib, list_devices, parse_spec, read_tensor
 from omnivoice.gguf import GGUFFormatError
 
 
@@ -43,58 +43,73 @@ def test_graph_replay_and_input_checks(runtime, rng):
             g.compute(unused=np.zeros(2, np.float32))
 
 
-@pytest.mark.parametrize("mmap", [True, False])
-def test_weights_from_gguf_in_place_or_copied(tiny_gguf, mmap):
-    from omnivoice.gguf import read_gguf
+@pytest.mark.parametrize("in_place", [True, False])
+def test_weights_from_a_gguf_in_place_or_copied(tiny_gguf, in_place):
+    from omnivoice.gguf import open_model
 
     with Runtime("cpu") as rt:
-        f = read_gguf(str(tiny_gguf["f32"]))
-        with WeightStore.from_gguf(rt, tiny_gguf["f32"], "omnivoice-lm", mmap=mmap,
-                                   derived={"twice_norm": lambda get: 2 * get("llm.norm.weight")}) as w:
-            for t in f.tensors[:6]:
+        f = open_model(tiny_gguf["f32"], "omnivoice-lm")
+        with WeightStore(rt, f.path, f.metadata, region=f.data) as w:
+            chosen = f.tensors[:6]
+            for t in chosen:
+                w.add(t.name, t.tensor_type, t.shape, t.data)
+            norm = f.tensor("llm.norm.weight").data.view(np.float32)
+            w.add_array("twice_norm", 2 * norm)
+            w.upload(in_place=in_place, release=f.release)
+            for t in chosen:
                 want = t.data.view(np.float32).reshape(tuple(reversed(t.shape)))
                 np.testing.assert_array_equal(read_tensor(w[t.name]), want)
-            norm = f.tensor("llm.norm.weight").data.view(np.float32)
+                in_file = f.data.ctypes.data <= int(ffi.cast("uintptr_t", w[t.name].data)) < f.data.ctypes.data + \
+                    f.data.nbytes
+                assert in_file == in_place
             np.testing.assert_array_equal(read_tensor(w["twice_norm"]), 2 * norm)
             assert w.metadata["general.architecture"] == "omnivoice-lm"
 
 
-def test_stacked_weights_hold_the_rows_of_their_parts(tiny_gguf):
-    from omnivoice.gguf import read_gguf
+def test_stacked_weights_hold_the_rows_of_their_parts(runtime, rng):
+    a, b = rng.standard_normal((3, 8)).astype(np.float32), rng.standard_normal((5, 8)).astype(np.float32)
+    with WeightStore(runtime) as w:
+        w.add("ab", lib.GGML_TYPE_F32, (8, 8), [a, b])
+        w.upload()
+        np.testing.assert_array_equal(read_tensor(w["ab"]), np.concatenate([a, b]))
 
-    f = read_gguf(str(tiny_gguf["f32"]))
-    parts = [f"llm.layers.0.self_attn.{n}_proj.weight" for n in "qkv"]
-    with Runtime("cpu") as rt:
-        with WeightStore.from_gguf(rt, tiny_gguf["f32"], stack={"qkv": parts}, mmap=False) as w:
-            want = np.concatenate([f.tensor(n).data.view(np.float32).reshape(tuple(reversed(f.tensor(n).shape)))
-                                   for n in parts])
-            np.testing.assert_array_equal(read_tensor(w["qkv"]), want)
-            assert not any(n in w for n in parts)
-        with pytest.raises(ValueError, match="row lengths differ"):
-            WeightStore.from_gguf(rt, tiny_gguf["f32"], mmap=False,
-                                  stack={"bad": ["llm.layers.0.mlp.down_proj.weight", parts[0]]})
-        with pytest.raises(ValueError, match="only matrices"):
-            WeightStore.from_gguf(rt, tiny_gguf["f32"], mmap=False, stack={"bad": ["llm.norm.weight", parts[0]]})
-        with pytest.raises(KeyError, match="no_such"):
-            WeightStore.from_gguf(rt, tiny_gguf["f32"], mmap=False, stack={"bad": ["no_such.weight"]})
-        with pytest.raises(ValueError, match="mmap=False"):
-            WeightStore.from_gguf(rt, tiny_gguf["f32"], mmap=True, stack={"qkv": parts})
+
+def test_weights_are_checked_before_ggml_sees_them(runtime):
+    """Each of these would abort the process inside ggml (ggml_new_tensor, ggml_row_size)."""
+    with WeightStore(runtime, "x.gguf") as w:
+        data = np.zeros(64, np.uint8)
+        with pytest.raises(ValueError, match="'a' has shape \\[16, 0\\]"):
+            w.add("a", lib.GGML_TYPE_F32, (16, 0), data)
+        with pytest.raises(ValueError, match="1 to 4 dimensions"):
+            w.add("a", lib.GGML_TYPE_F32, (2, 2, 2, 2, 1), data)
+        with pytest.raises(ValueError, match="ggml type 4 is not a tensor type"):
+            w.add("a", 4, (16,), data)
+        with pytest.raises(ValueError, match="ggml type 99 is not a tensor type"):
+            w.add("a", 99, (16,), data)
+        with pytest.raises(ValueError, match="row length 16 is not a multiple of q8_0's block of 32"):
+            w.add("a", lib.GGML_TYPE_Q8_0, (16,), data)
+        with pytest.raises(ValueError, match="'a' holds 64 bytes; its type f32 and shape \\[32\\] need 128"):
+            w.add("a", lib.GGML_TYPE_F32, (32,), data)
+        w.add("a", lib.GGML_TYPE_F32, (16,), data)
+        with pytest.raises(ValueError, match="'a' added twice"):
+            w.add("a", lib.GGML_TYPE_F32, (16,), data)
 
 
 def test_gguf_errors(tiny_gguf, tmp_path):
-    with Runtime("cpu") as rt:
-        with pytest.raises(FileNotFoundError, match="missing.gguf"):
-            WeightStore.from_gguf(rt, tmp_path / "missing.gguf")
-        with pytest.raises(ValueError, match="expected 'omnivoice-lm'"):
-            WeightStore.from_gguf(rt, tiny_gguf["codec"], "omnivoice-lm")
-        truncated = tmp_path / "cut.gguf"
-        truncated.write_bytes(tiny_gguf["f32"].read_bytes()[:-1000])
-        with pytest.raises(GGUFFormatError, match="truncated"):
-            WeightStore.from_gguf(rt, truncated)
-        junk = tmp_path / "junk.gguf"
-        junk.write_bytes(b"not a gguf file at all")
-        with pytest.raises(GGUFFormatError, match="not a GGUF file"):
-            WeightStore.from_gguf(rt, junk)
+    from omnivoice.gguf import open_model
+
+    with pytest.raises(FileNotFoundError, match="missing.gguf"):
+        open_model(tmp_path / "missing.gguf")
+    with pytest.raises(ValueError, match="expected 'omnivoice-lm'"):
+        open_model(tiny_gguf["codec"], "omnivoice-lm")
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(tiny_gguf["f32"].read_bytes()[:-1000])
+    with pytest.raises(GGUFFormatError, match="truncated"):
+        open_model(truncated)
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file at all")
+    with pytest.raises(GGUFFormatError, match="not a GGUF file"):
+        open_model(junk)
 
 
 def test_quantized_weights_from_arrays(runtime, rng):

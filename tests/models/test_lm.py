@@ -83,7 +83,8 @@ def test_stacked_projections_compute_the_same(runtime, tiny_gguf, rng, quant):
     for stack in (False, True):
         model = LanguageModel(runtime, tiny_gguf[quant], stack_projections=stack)
         try:
-            assert ("llm.layers.0." + "self_attn.qkv_proj.weight" in model.weights) == stack
+            layer = model.weights.layers[0]
+            assert (layer.qkv is not None, layer.q is None, layer.gate_up is not None) == (stack,) * 3
             with model.session([p], guidance_scale=2.0, greedy=True, with_logits=True) as s:
                 outs.append(s.step([p.input_ids[:, -p.n_target:]])[0])
         finally:
