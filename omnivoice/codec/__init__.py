@@ -7,8 +7,8 @@
         audio = codec.decode(load_rvq("clip.rvq"))
 
 `python -m omnivoice.codec --model CODEC.gguf -i clip.wav` writes clip.rvq, and `-i clip.rvq` writes clip.wav.
-The .rvq container is documented in omnivoice.codec.rvq_format, voice prompt files in omnivoice.codec.voice.
-The codec itself (and with it ggml) loads on first use of AudioCodec or load_codec, not on import.
+The .rvq container is documented in omnivoice.codec.rvq_format, voice prompt files in omnivoice.codec.voice;
+AudioCodec itself lives in omnivoice.runners.codec, and loads (and with it ggml) on first use, not on import.
 """
 
 from .rvq_format import RvqFile, RvqFormatError, load_rvq, read_rvq, save_rvq
@@ -20,9 +20,9 @@ __all__ = ["AudioCodec", "load_codec", "RvqFile", "RvqFormatError", "load_rvq", 
 
 def __getattr__(name: str):
     if name in ("AudioCodec", "load_codec"):
-        from . import audio_codec
+        from ..runners import codec
 
-        return getattr(audio_codec, name)
+        return getattr(codec, name)
     raise AttributeError(f"module 'omnivoice.codec' has no attribute {name!r}")
 
 

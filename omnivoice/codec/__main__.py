@@ -65,7 +65,7 @@ def _is_rvq(path: Path) -> bool:
 
 def _load(args: argparse.Namespace, part: str):
     from ..resolve import resolve_codec
-    from .audio_codec import load_codec
+    from ..runners.codec import load_codec
 
     return load_codec(resolve_codec(args.model), args.backend, threads=args.threads, parts=(part,),
                       encode_backend=args.encode_backend if part == "encode" else None)

@@ -10,8 +10,7 @@ Tensor names are the Hugging Face names, shapes reversed into ggml order, except
 * Every ConvTranspose1d weight (torch [IC, OC, K]) is permuted for the mul_mat + col2im_1d decomposition:
   ``W.transpose(1, 2, 0).reshape(OC * K, IC)`` -> ggml ne = (IC, K * OC) with k fastest inside the K * OC axis
   (``omnivoice.conv_transpose_layout = "oc_k_ic"``; ``omnivoice.acoustic.decoder_kernels`` gives K to undo it),
-  by ``omnivoice.nn.conv.conv_transpose_weight``, the graph side's own definition (so converting needs the
-  ggml build that the package needs anyway).
+  by ``omnivoice.gguf.layouts.conv_transpose_weight`` (numpy only: converting needs no ggml build).
 
 Dropped (never read at inference): ``decoder_semantic.*`` and ``fc1.*`` (semantic reconstruction, training
 only), ``quantizer.quantizers.*.codebook.{embed_avg, cluster_size, inited}`` (k-means EMA state), and
@@ -27,12 +26,13 @@ import sys
 
 import numpy as np
 
-from ..gguf import keys as K
+from ..gguf import keys as K, names as N
+from ..gguf.layouts import CONV_TRANSPOSE_LAYOUT, conv_transpose_weight
 from .checkpoint import Checkpoint, require
 from .errors import CheckpointError, raise_problems
 from ..gguf.writer import OutTensor
 
-POS_CONV = "semantic_model.encoder.pos_conv_embed.conv"
+POS_CONV = N.HUBERT_POS_CONV
 _DROP = re.compile(r"^(decoder_semantic\.|fc1\.|quantizer\.quantizers\.\d+\.codebook\.(embed_avg|cluster_size|inited)$"
                    r"|semantic_model\.masked_spec_embed$)")
 _HUBERT_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_hidden_layers", "conv_dim",
@@ -82,13 +82,26 @@ def codec_hparams(cfg: dict, pre: dict | None = None) -> dict:
     }
 
 
-def _conv(name: str, oc: int, ic: int, k: int, bias: bool = True) -> list[tuple[str, tuple]]:
-    return [(name + ".weight", (oc, ic, k))] + ([(name + ".bias", (oc,))] if bias else [])
+def _conv(module: str, oc: int, ic: int, k: int, bias: bool = True, **ix) -> list[tuple[str, tuple]]:
+    return ([(N.tensor(module, N.WEIGHT, **ix), (oc, ic, k))]
+            + ([(N.tensor(module, N.BIAS, **ix), (oc,))] if bias else []))
 
 
-def _res_unit(p: str, d: int) -> list[tuple[str, tuple]]:
-    return ([(p + ".snake1.alpha", (1, d, 1))] + _conv(p + ".conv1", d, d, 7)
-            + [(p + ".snake2.alpha", (1, d, 1))] + _conv(p + ".conv2", d, d, 1))
+def _linear(module: str, n_out: int, n_in: int, **ix) -> list[tuple[str, tuple]]:
+    return [(N.tensor(module, N.WEIGHT, **ix), (n_out, n_in)), (N.tensor(module, N.BIAS, **ix), (n_out,))]
+
+
+def _norm(module: str, c: int, **ix) -> list[tuple[str, tuple]]:
+    return [(N.tensor(module, N.WEIGHT, **ix), (c,)), (N.tensor(module, N.BIAS, **ix), (c,))]
+
+
+def _snake(module: str, c: int, *path: str, **ix) -> list[tuple[str, tuple]]:
+    return [(N.tensor(module, *path, N.ALPHA, **ix), (1, c, 1))]
+
+
+def _res_unit(module: str, d: int, **ix) -> list[tuple[str, tuple]]:
+    return (_snake(module, d, N.RES_SNAKE1, **ix) + _conv(f"{module}.{N.RES_CONV1}", d, d, 7, **ix)
+            + _snake(module, d, N.RES_SNAKE2, **ix) + _conv(f"{module}.{N.RES_CONV2}", d, d, 1, **ix))
 
 
 def semantic_encoder_channels(hp: dict) -> list[int]:
@@ -104,71 +117,60 @@ def codec_inventory(hp: dict) -> list[tuple[str, tuple[int, ...]]]:
     cin = 1
     for i in range(hp["n_feat"]):
         c = int(sem["conv_dim"][i])
-        inv += _conv(f"semantic_model.feature_extractor.conv_layers.{i}.conv", c, cin, int(sem["conv_kernel"][i]),
-                     bias=bool(sem.get("conv_bias", False)))
+        inv += _conv(N.HUBERT_FEAT_CONV, c, cin, int(sem["conv_kernel"][i]), bias=bool(sem.get("conv_bias", False)),
+                     i=i)
         if (sem["feat_extract_norm"] == "group" and i == 0) or sem["feat_extract_norm"] == "layer":
-            inv += [(f"semantic_model.feature_extractor.conv_layers.{i}.layer_norm.weight", (c,)),
-                    (f"semantic_model.feature_extractor.conv_layers.{i}.layer_norm.bias", (c,))]
+            inv += _norm(N.HUBERT_FEAT_NORM, c, i=i)
         cin = c
     if sem.get("feat_proj_layer_norm", True):
-        inv += [("semantic_model.feature_projection.layer_norm.weight", (cin,)),
-                ("semantic_model.feature_projection.layer_norm.bias", (cin,))]
-    inv += [("semantic_model.feature_projection.projection.weight", (S, cin)),
-            ("semantic_model.feature_projection.projection.bias", (S,))]
+        inv += _norm(N.HUBERT_PROJ_NORM, cin)
+    inv += _linear(N.HUBERT_PROJ, S, cin)
     groups, kpos = int(sem["num_conv_pos_embedding_groups"]), int(sem["num_conv_pos_embeddings"])
-    inv += [(POS_CONV + ".weight", (S, S // groups, kpos)), (POS_CONV + ".bias", (S,)),
-            ("semantic_model.encoder.layer_norm.weight", (S,)), ("semantic_model.encoder.layer_norm.bias", (S,))]
+    inv += _conv(N.HUBERT_POS_CONV, S, S // groups, kpos) + _norm(N.HUBERT_ENC_NORM, S)
     inter = int(sem["intermediate_size"])
     for i in range(int(sem["num_hidden_layers"])):
-        p = f"semantic_model.encoder.layers.{i}."
-        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            inv += [(p + f"attention.{proj}.weight", (S, S)), (p + f"attention.{proj}.bias", (S,))]
-        inv += [(p + "layer_norm.weight", (S,)), (p + "layer_norm.bias", (S,)),
-                (p + "feed_forward.intermediate_dense.weight", (inter, S)),
-                (p + "feed_forward.intermediate_dense.bias", (inter,)),
-                (p + "feed_forward.output_dense.weight", (S, inter)), (p + "feed_forward.output_dense.bias", (S,)),
-                (p + "final_layer_norm.weight", (S,)), (p + "final_layer_norm.bias", (S,))]
+        for proj in (N.HUBERT_ATTN_Q, N.HUBERT_ATTN_K, N.HUBERT_ATTN_V, N.HUBERT_ATTN_OUT):
+            inv += _linear(proj, S, S, i=i)
+        inv += (_norm(N.HUBERT_ATTN_NORM, S, i=i) + _linear(N.HUBERT_FFN_UP, inter, S, i=i)
+                + _linear(N.HUBERT_FFN_DOWN, S, inter, i=i) + _norm(N.HUBERT_FFN_NORM, S, i=i))
     # semantic encoder
-    inv += _conv("encoder_semantic.conv", S, S, hp["kernel_size"], bias=False)
+    inv += _conv(N.SEMANTIC_CONV, S, S, hp["kernel_size"], bias=False)
     cin = S
     for i, (stride, cout) in enumerate(zip(hp["strides"], semantic_encoder_channels(hp))):
-        p = f"encoder_semantic.conv_blocks.{i}"
         for j in range(len(hp["block_dilations"])):
-            inv += _conv(f"{p}.res_units.{j}.conv1", cin, cin, hp["unit_kernel_size"], bias=False)
-            inv += _conv(f"{p}.res_units.{j}.conv2", cin, cin, 1, bias=False)
-        inv += _conv(p + ".conv", cout, cin, 3 if stride == 1 else 2 * stride)
+            inv += _conv(N.SEMANTIC_RES_CONV1, cin, cin, hp["unit_kernel_size"], bias=False, i=i, j=j)
+            inv += _conv(N.SEMANTIC_RES_CONV2, cin, cin, 1, bias=False, i=i, j=j)
+        inv += _conv(N.SEMANTIC_BLOCK_CONV, cout, cin, 3 if stride == 1 else 2 * stride, i=i)
         cin = cout
     # DAC encoder
     E, H = hp["enc_hidden"], hp["ac_hidden"]
-    inv += _conv("acoustic_encoder.conv1", E, 1, 7)
+    inv += _conv(N.DAC_ENC_CONV_IN, E, 1, 7)
     for i, s in enumerate(hp["down"]):
         dim = E * 2 ** (i + 1)
-        p = f"acoustic_encoder.block.{i}"
         for r in (1, 2, 3):
-            inv += _res_unit(f"{p}.res_unit{r}", dim // 2)
-        inv += [(p + ".snake1.alpha", (1, dim // 2, 1))] + _conv(p + ".conv1", dim, dim // 2, 2 * s)
+            inv += _res_unit(N.DAC_ENC_RES_UNIT, dim // 2, i=i, j=r)
+        inv += _snake(N.DAC_ENC_SNAKE, dim // 2, i=i) + _conv(N.DAC_ENC_CONV, dim, dim // 2, 2 * s, i=i)
     D = E * 2 ** len(hp["down"])
-    inv += [("acoustic_encoder.snake1.alpha", (1, D, 1))] + _conv("acoustic_encoder.conv2", H, D, 3)
+    inv += _snake(N.DAC_ENC_SNAKE_OUT, D) + _conv(N.DAC_ENC_CONV_OUT, H, D, 3)
     # fc, RVQ, fc2
     hc = H + S
-    inv += [("fc.weight", (hc, hc)), ("fc.bias", (hc,))]
+    inv += _linear(N.FC, hc, hc)
     for q in range(hp["n_quantizers"]):
-        p = f"quantizer.quantizers.{q}."
-        inv += [(p + "codebook.embed", (hp["codebook_size"], hp["codebook_dim"])),
-                (p + "project_in.weight", (hp["codebook_dim"], hc)), (p + "project_in.bias", (hp["codebook_dim"],)),
-                (p + "project_out.weight", (hc, hp["codebook_dim"])), (p + "project_out.bias", (hc,))]
-    inv += [("fc2.weight", (H, hc)), ("fc2.bias", (H,))]
+        inv += [(N.tensor(N.RVQ_CODEBOOK, N.EMBED, i=q), (hp["codebook_size"], hp["codebook_dim"]))]
+        inv += _linear(N.RVQ_PROJ_IN, hp["codebook_dim"], hc, i=q) + _linear(N.RVQ_PROJ_OUT, hc, hp["codebook_dim"], i=q)
+    inv += _linear(N.FC2, H, hc)
     # DAC decoder
     Dd = hp["dec_hidden"]
-    inv += _conv("acoustic_decoder.conv1", Dd, H, 7)
+    inv += _conv(N.DAC_DEC_CONV_IN, Dd, H, 7)
     for i, s in enumerate(hp["up"]):
         ic, oc = Dd // 2 ** i, Dd // 2 ** (i + 1)
-        p = f"acoustic_decoder.block.{i}"
-        inv += [(p + ".snake1.alpha", (1, ic, 1)), (p + ".conv_t1.weight", (ic, oc, 2 * s)), (p + ".conv_t1.bias", (oc,))]
+        inv += _snake(N.DAC_DEC_SNAKE, ic, i=i)
+        inv += [(N.tensor(N.DAC_DEC_CONV_T, N.WEIGHT, i=i), (ic, oc, 2 * s)), (N.tensor(N.DAC_DEC_CONV_T, N.BIAS, i=i),
+                                                                             (oc,))]
         for r in (1, 2, 3):
-            inv += _res_unit(f"{p}.res_unit{r}", oc)
+            inv += _res_unit(N.DAC_DEC_RES_UNIT, oc, i=i, j=r)
     out = Dd // 2 ** len(hp["up"])
-    inv += [("acoustic_decoder.snake1.alpha", (1, out, 1))] + _conv("acoustic_decoder.conv2", 1, out, 7)
+    inv += _snake(N.DAC_DEC_SNAKE_OUT, out) + _conv(N.DAC_DEC_CONV_OUT, 1, out, 7)
     return inv
 
 
@@ -177,17 +179,6 @@ def fold_weight_norm(g: np.ndarray, v: np.ndarray) -> np.ndarray:
     v64 = v.astype(np.float64)
     norm = np.sqrt(np.sum(v64 * v64, axis=(0, 1), keepdims=True))
     return (v64 * (g.astype(np.float64).reshape(1, 1, -1) / norm)).astype(np.float32)
-
-
-def permute_conv_transpose(w: np.ndarray) -> np.ndarray:
-    """torch ConvTranspose1d weight [IC, OC, K] -> [OC * K, IC] (ggml ne (IC, K * OC), k fastest).
-
-    The layout is defined once, next to the graph that reads it (omnivoice.nn.conv.conv_transpose_weight);
-    imported here rather than at module level because that module loads the ggml binding.
-    """
-    from ..nn.conv import conv_transpose_weight
-
-    return conv_transpose_weight(w)
 
 
 def _pos_conv_sources(ck: Checkpoint) -> tuple[str, str] | str:
@@ -277,7 +268,7 @@ def plan_codec(ck: Checkpoint) -> tuple[list[tuple], list[OutTensor]]:
         if name == POS_CONV + ".weight" and isinstance(pos, tuple):
             return lambda: fold_weight_norm(ck.codec.get(pos[0]), ck.codec.get(pos[1]))
         if name.endswith(".conv_t1.weight"):
-            return lambda: permute_conv_transpose(ck.codec.get(name))
+            return lambda: conv_transpose_weight(ck.codec.get(name))
         return lambda: ck.codec.get(name).astype(np.float32)
 
     def out_shape(name: str, shape: tuple) -> tuple:
@@ -301,7 +292,7 @@ def plan_codec(ck: Checkpoint) -> tuple[list[tuple], list[OutTensor]]:
         (K.HOP_LENGTH, hp["hop"], "u32"), (K.FRAME_RATE, hp["frame_rate"], "u32"),
         (K.HIDDEN_SIZE, hp["ac_hidden"] + hp["sem_hidden"], "u32"),
         (K.CODEBOOK_SIZE, hp["codebook_size"], "u32"), (K.CODEBOOK_DIM, hp["codebook_dim"], "u32"),
-        (K.N_CODEBOOKS, hp["n_quantizers"], "u32"), (K.CONV_TRANSPOSE_LAYOUT, "oc_k_ic", "str"),
+        (K.N_CODEBOOKS, hp["n_quantizers"], "u32"), (K.CONV_TRANSPOSE_LAYOUT, CONV_TRANSPOSE_LAYOUT, "str"),
         *_acoustic_meta(hp), *_semantic_meta(hp),
     ]
     return kv, tensors

@@ -1,9 +1,9 @@
 """The DAC acoustic encoder and decoder of the Higgs Audio v2 codec, as ggml graphs.
 
-Activations are conv layout [T, C] (time contiguous). Weights keep their GGUF names (`acoustic_encoder.*`,
-`acoustic_decoder.*`, weight norm already folded by the checkpoint); each Snake's `inv_beta` = 1 / (alpha + 1e-9)
-is derived at load time (`derived_tensors`). Kernel sizes and channel counts come from the weights, strides
-from the config (the checkpoint's ratios 8 5 4 2 3).
+Activations are conv layout [T, C] (time contiguous). Weights come as records (`DacEncoder`, `DacDecoder`)
+that omnivoice.loaders.codec fills from the GGUF (`acoustic_encoder.*`, `acoustic_decoder.*`, weight norm
+already folded by the checkpoint), each Snake's `inv_beta` = 1 / (alpha + 1e-9) made at load time. Kernel sizes
+and channel counts come from the weights, strides from the config (the checkpoint's ratios 8 5 4 2 3).
 
 Decoder (the reference's DacDecoder with HiggsAudioV2's changes: output_padding = stride % 2, no tanh):
     conv1 k7 -> 5 x [snake, conv_transpose (k 2s, stride s, pad ceil(s/2)), 3 residual units] -> snake -> conv2 k7
@@ -16,84 +16,115 @@ length, so the reference's centre crop of the shortcut never triggers.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
-
-import numpy as np
+from dataclasses import dataclass
 
 from .. import nn
-from ..ggml import lib
+from ..ggml import Tensor, lib
+from .common import Conv
 
-DILATIONS = (1, 3, 9)
-
-
-def derived_tensors(names: Iterable[str], prefixes: tuple[str, ...] = ("acoustic_encoder.", "acoustic_decoder."),
-                    eps: float = 1e-9) -> dict[str, Callable]:
-    """inv_beta = 1 / (alpha + eps) for every Snake under `prefixes`, in float32 as the reference computes it."""
-    out: dict[str, Callable] = {}
-    for name in names:
-        if name.endswith(".alpha") and name.startswith(prefixes):
-            out[name[: -len("alpha")] + "inv_beta"] = (
-                lambda get, a=name: np.float32(1.0) / (get(a) + np.float32(eps)))
-    return out
+DILATIONS = (1, 3, 9)  # of the three residual units of every block
 
 
-def snake(ctx, w, p: str, x):
-    """Snake1d named `p` (p + "alpha", p + "inv_beta") on x [T, C]."""
-    return nn.snake(ctx, x, w[p + "alpha"], w[p + "inv_beta"])
+@dataclass(frozen=True)
+class Snake:
+    alpha: Tensor       # [1, C, 1]
+    inv_beta: Tensor    # [1, C, 1]: 1 / (alpha + eps), made at load
 
 
-def conv(ctx, w, p: str, x, stride: int = 1, padding: int | None = None, dilation: int = 1):
-    """Conv1d named `p` with bias; `padding` defaults to 'same' for odd kernels: (K - 1) // 2 * dilation."""
-    weight = w[p + "weight"]
+@dataclass(frozen=True)
+class ResidualUnit:
+    snake1: Snake
+    conv1: Conv         # [7, C, C], dilated
+    snake2: Snake
+    conv2: Conv         # [1, C, C]
+
+
+@dataclass(frozen=True)
+class DecoderBlock:
+    snake1: Snake
+    conv_t1: Conv       # transposed, stored [IC, K * OC] (K = 2 stride), OC = IC / 2
+    res_units: tuple[ResidualUnit, ...]
+
+
+@dataclass(frozen=True)
+class EncoderBlock:
+    res_units: tuple[ResidualUnit, ...]
+    snake1: Snake
+    conv1: Conv         # [2 stride, C, 2 C]
+
+
+@dataclass(frozen=True)
+class DacDecoder:
+    conv1: Conv         # [7, hidden, C0]
+    blocks: tuple[DecoderBlock, ...]
+    snake1: Snake
+    conv2: Conv         # [7, C_last, 1]
+
+
+@dataclass(frozen=True)
+class DacEncoder:
+    conv1: Conv         # [7, 1, C0]
+    blocks: tuple[EncoderBlock, ...]
+    snake1: Snake
+    conv2: Conv         # [3, C_last, hidden]
+
+
+def snake(ctx, s: Snake, x):
+    """Snake1d on x [T, C]."""
+    return nn.snake(ctx, x, s.alpha, s.inv_beta)
+
+
+def conv(ctx, c: Conv, x, stride: int = 1, padding: int | None = None, dilation: int = 1):
+    """Conv1d with bias; `padding` defaults to 'same' for odd kernels: (K - 1) // 2 * dilation."""
     if padding is None:
-        padding = (weight.ne[0] - 1) // 2 * dilation
-    return nn.conv1d(ctx, x, weight, w[p + "bias"], stride=stride, padding=padding, dilation=dilation)
+        padding = (c.weight.ne[0] - 1) // 2 * dilation
+    return nn.conv1d(ctx, x, c.weight, c.bias, stride=stride, padding=padding, dilation=dilation)
 
 
-def residual_unit(ctx, w, p: str, x, dilation: int):
+def residual_unit(ctx, u: ResidualUnit, x, dilation: int):
     """DacResidualUnit: x [T, C] -> [T, C]."""
-    y = snake(ctx, w, p + "snake1.", x)
-    y = conv(ctx, w, p + "conv1.", y, dilation=dilation)
-    y = snake(ctx, w, p + "snake2.", y)
-    y = conv(ctx, w, p + "conv2.", y)
+    y = snake(ctx, u.snake1, x)
+    y = conv(ctx, u.conv1, y, dilation=dilation)
+    y = snake(ctx, u.snake2, y)
+    y = conv(ctx, u.conv2, y)
     return lib.ggml_add(ctx, x, y)
 
 
-def decoder_block(ctx, w, p: str, x, stride: int):
+def decoder_block(ctx, b: DecoderBlock, x, stride: int):
     """DacDecoderBlock: x [T, IC] -> [stride * T, IC / 2]."""
-    x = snake(ctx, w, p + "snake1.", x)
-    bias = w[p + "conv_t1.bias"]
-    x = nn.conv_transpose1d(ctx, x, w[p + "conv_t1.weight"], bias, stride=stride, padding=math.ceil(stride / 2),
-                            output_padding=stride % 2, out_channels=bias.ne[0])
-    for i, d in enumerate(DILATIONS):
-        x = residual_unit(ctx, w, f"{p}res_unit{i + 1}.", x, d)
+    x = snake(ctx, b.snake1, x)
+    x = nn.conv_transpose1d(ctx, x, b.conv_t1.weight, b.conv_t1.bias, stride=stride,
+                            padding=math.ceil(stride / 2), output_padding=stride % 2,
+                            out_channels=b.conv_t1.bias.ne[0])
+    for unit, d in zip(b.res_units, DILATIONS):
+        x = residual_unit(ctx, unit, x, d)
     return x
 
 
-def decode(ctx, w, latent, upsampling_ratios: tuple[int, ...]):
+def decode(ctx, w: DacDecoder, latent, upsampling_ratios: tuple[int, ...]):
     """DAC decoder: latent [T, hidden] -> audio [T * prod(ratios), 1]."""
-    x = conv(ctx, w, "acoustic_decoder.conv1.", latent)                              # [T, C0]
-    for i, stride in enumerate(upsampling_ratios):
-        x = decoder_block(ctx, w, f"acoustic_decoder.block.{i}.", x, stride)          # [T * s, C / 2]
-    x = snake(ctx, w, "acoustic_decoder.snake1.", x)
-    return conv(ctx, w, "acoustic_decoder.conv2.", x)                                # [T * hop, 1]
+    x = conv(ctx, w.conv1, latent)                                                   # [T, C0]
+    for block, stride in zip(w.blocks, upsampling_ratios):
+        x = decoder_block(ctx, block, x, stride)                                     # [T * s, C / 2]
+    x = snake(ctx, w.snake1, x)
+    return conv(ctx, w.conv2, x)                                                     # [T * hop, 1]
 
 
-def encoder_block(ctx, w, p: str, x, stride: int):
+def encoder_block(ctx, b: EncoderBlock, x, stride: int):
     """DacEncoderBlock: x [T, C] -> [T / stride, 2 C]."""
-    for i, d in enumerate(DILATIONS):
-        x = residual_unit(ctx, w, f"{p}res_unit{i + 1}.", x, d)
-    x = snake(ctx, w, p + "snake1.", x)
-    return conv(ctx, w, p + "conv1.", x, stride=stride, padding=math.ceil(stride / 2))
+    for unit, d in zip(b.res_units, DILATIONS):
+        x = residual_unit(ctx, unit, x, d)
+    x = snake(ctx, b.snake1, x)
+    return conv(ctx, b.conv1, x, stride=stride, padding=math.ceil(stride / 2))
 
 
-def encode(ctx, w, audio, downsampling_ratios: tuple[int, ...]):
+def encode(ctx, w: DacEncoder, audio, downsampling_ratios: tuple[int, ...]):
     """DAC encoder: audio [N, 1] -> [N / hop, hidden] (lengths as PyTorch's conv arithmetic gives them)."""
-    x = conv(ctx, w, "acoustic_encoder.conv1.", audio)                               # [N, C0]
-    for i, stride in enumerate(downsampling_ratios):
-        x = encoder_block(ctx, w, f"acoustic_encoder.block.{i}.", x, stride)          # [T / s, 2 C]
-    x = snake(ctx, w, "acoustic_encoder.snake1.", x)
-    return conv(ctx, w, "acoustic_encoder.conv2.", x)                                # [N / hop, hidden]
+    x = conv(ctx, w.conv1, audio)                                                    # [N, C0]
+    for block, stride in zip(w.blocks, downsampling_ratios):
+        x = encoder_block(ctx, block, x, stride)                                     # [T / s, 2 C]
+    x = snake(ctx, w.snake1, x)
+    return conv(ctx, w.conv2, x)                                                     # [N / hop, hidden]
 
 
 def encoder_conv_layers(kernels: list[int], downsampling_ratios: tuple[int, ...]) -> list[tuple[int, int, int, int]]:

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 from .. import nn
 from ..ggml import ffi, lib
-
-P = "semantic_model."
+from .common import Conv, Linear, Norm
 
 
 @dataclass(frozen=True)
@@ -35,82 +34,103 @@ class HubertConfig:
     norm_eps: float = 1e-5               # torch's default for the feature extractor's GroupNorm / LayerNorm
 
 
+# Weights, ggml shapes: C the hidden width (768), I the feed-forward width, C_i the feature convs' widths.
+
+@dataclass(frozen=True)
+class FeatureConv:
+    conv: Conv                  # [K_i, C_(i-1), C_i], bias only with conv_bias
+    norm: Norm | None           # [C_i]: GroupNorm on conv 0 ("group") or LayerNorm on each ("layer"), else None
+
+
+@dataclass(frozen=True)
+class HubertLayer:
+    q: Linear                   # [C, C] + [C], and k, v, out alike
+    k: Linear
+    v: Linear
+    out: Linear
+    attn_norm: Norm             # [C]
+    ffn_up: Linear              # [C, I] + [I]
+    ffn_down: Linear            # [I, C] + [C]
+    ffn_norm: Norm              # [C]
+
+
+@dataclass(frozen=True)
+class HubertWeights:
+    feature_convs: tuple[FeatureConv, ...]
+    projection_norm: Norm | None  # [C_last], with feat_proj_layer_norm
+    projection: Linear            # [C_last, C] + [C]
+    pos_conv: Conv                # [K, C / groups, C] + [C], weight norm folded
+    encoder_norm: Norm            # [C]
+    layers: tuple[HubertLayer, ...]
+
+
 def _transpose(ctx, x):
     return lib.ggml_cont(ctx, lib.ggml_transpose(ctx, x))
 
 
-def feature_extractor(ctx, w, cfg: HubertConfig, audio):
+def feature_extractor(ctx, w: HubertWeights, cfg: HubertConfig, audio):
     """Conv feature encoder: audio [N, 1] -> [T, C] (conv layout)."""
     x = audio
-    for i, stride in enumerate(cfg.conv_stride):
-        p = f"{P}feature_extractor.conv_layers.{i}."
-        x = nn.conv1d(ctx, x, w[p + "conv.weight"], w.get(p + "conv.bias"), stride=stride)     # [T_i, C]
-        if cfg.feat_extract_norm == "group" and i == 0:
+    for fc, stride in zip(w.feature_convs, cfg.conv_stride):
+        x = nn.conv1d(ctx, x, fc.conv.weight, fc.conv.bias, stride=stride)                  # [T_i, C]
+        if cfg.feat_extract_norm == "group" and fc.norm is not None:
             # GroupNorm with one group per channel: each channel normalised over time.
-            x = nn.group_norm(ctx, x, x.ne[1], w[p + "layer_norm.weight"], w[p + "layer_norm.bias"], cfg.norm_eps)
+            x = nn.group_norm(ctx, x, x.ne[1], fc.norm.weight, fc.norm.bias, cfg.norm_eps)
         elif cfg.feat_extract_norm == "layer":
-            x = _transpose(ctx, nn.layer_norm(ctx, _transpose(ctx, x), w[p + "layer_norm.weight"],
-                                              w[p + "layer_norm.bias"], cfg.norm_eps))
+            x = _transpose(ctx, nn.layer_norm(ctx, _transpose(ctx, x), fc.norm.weight, fc.norm.bias, cfg.norm_eps))
         x = nn.gelu(ctx, x)
     return x
 
 
-def feature_projection(ctx, w, cfg: HubertConfig, features):
+def feature_projection(ctx, w: HubertWeights, cfg: HubertConfig, features):
     """features [T, C_conv] -> [C, T]."""
     x = _transpose(ctx, features)                                                           # [C_conv, T]
     if cfg.feat_proj_layer_norm:
-        x = nn.layer_norm(ctx, x, w[P + "feature_projection.layer_norm.weight"],
-                          w[P + "feature_projection.layer_norm.bias"], cfg.eps)
-    return nn.linear(ctx, x, w[P + "feature_projection.projection.weight"],
-                     w[P + "feature_projection.projection.bias"])                          # [C, T]
+        x = nn.layer_norm(ctx, x, w.projection_norm.weight, w.projection_norm.bias, cfg.eps)
+    return nn.linear(ctx, x, w.projection.weight, w.projection.bias)                        # [C, T]
 
 
-def positional_embedding(ctx, w, cfg: HubertConfig, h):
+def positional_embedding(ctx, w: HubertWeights, cfg: HubertConfig, h):
     """Grouped positional conv of h [C, T] -> [C, T]."""
-    p = P + "encoder.pos_conv_embed.conv."
-    weight = w[p + "weight"]                                                                # [K, C/g, C]
-    K = weight.ne[0]
-    x = nn.conv1d(ctx, _transpose(ctx, h), weight, w[p + "bias"], padding=K // 2,
+    K = w.pos_conv.weight.ne[0]                                                             # [K, C/g, C]
+    x = nn.conv1d(ctx, _transpose(ctx, h), w.pos_conv.weight, w.pos_conv.bias, padding=K // 2,
                   groups=cfg.pos_conv_groups)                                               # [T + 1, C] (K even)
     if cfg.pos_conv_trim:  # HubertSamePadLayer drops the extra last sample(s)
         x = lib.ggml_view_2d(ctx, x, x.ne[0] - cfg.pos_conv_trim, x.ne[1], x.nb[1], 0)     # [T, C]
     return nn.gelu(ctx, _transpose(ctx, x))                                                 # [C, T]
 
 
-def attention(ctx, w, cfg: HubertConfig, p: str, h):
+def attention(ctx, layer: HubertLayer, cfg: HubertConfig, h):
     """Bidirectional multi-head self-attention with biases, h [C, T] -> [C, T]."""
     C, T = h.ne[0], h.ne[1]
     D = C // cfg.n_head
-    q = lib.ggml_reshape_3d(ctx, nn.linear(ctx, h, w[p + "q_proj.weight"], w[p + "q_proj.bias"]), D, cfg.n_head, T)
-    k = lib.ggml_reshape_3d(ctx, nn.linear(ctx, h, w[p + "k_proj.weight"], w[p + "k_proj.bias"]), D, cfg.n_head, T)
-    v = lib.ggml_reshape_3d(ctx, nn.linear(ctx, h, w[p + "v_proj.weight"], w[p + "v_proj.bias"]), D, cfg.n_head, T)
+    q, k, v = (lib.ggml_reshape_3d(ctx, nn.linear(ctx, h, p.weight, p.bias), D, cfg.n_head, T)
+               for p in (layer.q, layer.k, layer.v))                                       # [D, H, T]
     # F32 softmax path: the codes downstream are argmaxes, so no F16 rounding of K and V.
     out = nn.attention(ctx, q, k, v, ffi.NULL, 1.0 / math.sqrt(D), flash=False)                 # [C, T]
-    return nn.linear(ctx, out, w[p + "out_proj.weight"], w[p + "out_proj.bias"])
+    return nn.linear(ctx, out, layer.out.weight, layer.out.bias)
 
 
-def layer(ctx, w, cfg: HubertConfig, i: int, h):
+def encoder_layer(ctx, layer: HubertLayer, cfg: HubertConfig, h):
     """HubertEncoderLayer (post-norm): h [C, T] -> [C, T]."""
-    p = f"{P}encoder.layers.{i}."
-    h = lib.ggml_add(ctx, h, attention(ctx, w, cfg, p + "attention.", h))
-    h = nn.layer_norm(ctx, h, w[p + "layer_norm.weight"], w[p + "layer_norm.bias"], cfg.eps)
-    ff = nn.linear(ctx, h, w[p + "feed_forward.intermediate_dense.weight"], w[p + "feed_forward.intermediate_dense.bias"])
-    ff = nn.linear(ctx, nn.gelu(ctx, ff), w[p + "feed_forward.output_dense.weight"],
-                   w[p + "feed_forward.output_dense.bias"])
+    h = lib.ggml_add(ctx, h, attention(ctx, layer, cfg, h))
+    h = nn.layer_norm(ctx, h, layer.attn_norm.weight, layer.attn_norm.bias, cfg.eps)
+    ff = nn.linear(ctx, h, layer.ffn_up.weight, layer.ffn_up.bias)                          # [I, T]
+    ff = nn.linear(ctx, nn.gelu(ctx, ff), layer.ffn_down.weight, layer.ffn_down.bias)       # [C, T]
     h = lib.ggml_add(ctx, h, ff)
-    return nn.layer_norm(ctx, h, w[p + "final_layer_norm.weight"], w[p + "final_layer_norm.bias"], cfg.eps)
+    return nn.layer_norm(ctx, h, layer.ffn_norm.weight, layer.ffn_norm.bias, cfg.eps)
 
 
-def mean_hidden_state(ctx, w, cfg: HubertConfig, audio):
+def mean_hidden_state(ctx, w: HubertWeights, cfg: HubertConfig, audio):
     """audio [N, 1] at 16 kHz -> mean over the L + 1 hidden states [C, T]."""
     h = feature_projection(ctx, w, cfg, feature_extractor(ctx, w, cfg, audio))              # [C, T]
     h = lib.ggml_add(ctx, h, positional_embedding(ctx, w, cfg, h))
-    h = nn.layer_norm(ctx, h, w[P + "encoder.layer_norm.weight"], w[P + "encoder.layer_norm.bias"], cfg.eps)
+    h = nn.layer_norm(ctx, h, w.encoder_norm.weight, w.encoder_norm.bias, cfg.eps)
     total = h
-    for i in range(cfg.n_layer):
-        h = layer(ctx, w, cfg, i, h)
+    for layer in w.layers:
+        h = encoder_layer(ctx, layer, cfg, h)
         total = lib.ggml_add(ctx, total, h)
-    return lib.ggml_scale(ctx, total, 1.0 / (cfg.n_layer + 1))
+    return lib.ggml_scale(ctx, total, 1.0 / (len(w.layers) + 1))
 
 
 def output_length(n: int, kernels: list[int], strides: tuple[int, ...]) -> int:

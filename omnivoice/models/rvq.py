@@ -1,12 +1,12 @@
 """Residual vector quantiser of the Higgs Audio v2 codec: codes <-> the 1024-wide latent, as ggml graphs.
 
-Per codebook k (GGUF names `quantizer.quantizers.{k}.*`, ggml shapes):
-    codebook.embed      [D, N]      N = 1024 entries of dimension D (64; 8 on the tiny preset)
-    project_in          [H, D] + b  latent H (1024) -> D, encode only
-    project_out         [D, H] + b  D -> latent H
-and two tensors derived at load time (see `derived_tensors`):
-    codebook.embed_sqnorm  [N]      |e_n|^2, which the reference recomputes every call
-    codebook.rank          [N]      N - n, used to break argmax ties towards the lowest index
+Per codebook k (a `Codebook` record; GGUF names `quantizer.quantizers.{k}.*`, ggml shapes):
+    embed           [D, N]      N = 1024 entries of dimension D (64; 8 on the tiny preset)
+    project_in      [H, D] + b  latent H (1024) -> D, encode only
+    project_out     [D, H] + b  D -> latent H
+and two tensors the loader makes for encoding (`embed_sqnorm`, `rank`):
+    embed_sqnorm    [N]         |e_n|^2, which the reference recomputes every call
+    rank            [N]         N - n, used to break argmax ties towards the lowest index
 
 Decode: latent = sum_k project_out_k(embed_k[codes_k]), summed in codebook order like the reference.
 Encode: residual = latent; per k: code_k = nearest entry to project_in_k(residual); residual -= its decode.
@@ -14,28 +14,25 @@ Encode: residual = latent; per k: code_k = nearest entry to project_in_k(residua
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from .. import nn
-from ..ggml import lib
+from ..ggml import Tensor, lib
+from .common import Linear
 
 
-def prefix(k: int) -> str:
-    return f"quantizer.quantizers.{k}."
+@dataclass(frozen=True)
+class Codebook:
+    embed: Tensor                       # [D, N]
+    project_out: Linear                 # [D, H] + [H]
+    project_in: Linear | None = None    # [H, D] + [D]; the encode-only parts are None when loaded to decode
+    embed_sqnorm: Tensor | None = None  # [N]
+    rank: Tensor | None = None          # [N]
 
 
-def count_quantizers(names) -> int:
-    """How many codebooks a tensor-name list holds (they must be numbered 0..n-1)."""
-    n = 0
-    names = set(names)
-    while prefix(n) + "codebook.embed" in names:
-        n += 1
-    return n
-
-
-def _sqnorm(embed: np.ndarray) -> np.ndarray:
+def embed_sqnorm(embed: np.ndarray) -> np.ndarray:
     """Row squared norms of embed (N, D), accumulated over D one column at a time in float32: the reference
     reduces `embed.t().pow(2).sum(0)` along a strided axis, which torch does sequentially."""
     acc = np.zeros(embed.shape[0], np.float32)
@@ -44,26 +41,19 @@ def _sqnorm(embed: np.ndarray) -> np.ndarray:
     return acc
 
 
-def derived_tensors(n_q: int) -> dict[str, Callable]:
-    """Load-time tensors: each codebook's squared norms (float32, as the reference sums them) and tie ranks."""
-    out: dict[str, Callable] = {}
-    for k in range(n_q):
-        embed = prefix(k) + "codebook.embed"
-        out[prefix(k) + "codebook.embed_sqnorm"] = lambda get, e=embed: _sqnorm(get(e))
-        out[prefix(k) + "codebook.rank"] = (
-            lambda get, e=embed: np.arange(get(e).shape[0], 0, -1, dtype=np.float32))
-    return out
+def tie_rank(n: int) -> np.ndarray:
+    """N - n for each entry n, float32: its argmax among equal maxima is the lowest index."""
+    return np.arange(n, 0, -1, dtype=np.float32)
 
 
-def decode(ctx, w, codes, n_q: int):
+def decode(ctx, codebooks: tuple[Codebook, ...], codes):
     """codes int32 [T, n_q] (numpy [n_q, T]) -> latent [H, T]."""
     T = codes.ne[0]
     out = None
-    for k in range(n_q):
-        p = prefix(k)
+    for k, cb in enumerate(codebooks):
         ids = lib.ggml_view_1d(ctx, codes, T, k * codes.nb[1])                      # [T] i32
-        e = nn.embedding(ctx, w[p + "codebook.embed"], ids)                         # [D, T]
-        q = nn.linear(ctx, e, w[p + "project_out.weight"], w[p + "project_out.bias"])  # [H, T]
+        e = nn.embedding(ctx, cb.embed, ids)                                        # [D, T]
+        q = nn.linear(ctx, e, cb.project_out.weight, cb.project_out.bias)           # [H, T]
         out = q if out is None else lib.ggml_add(ctx, out, q)
     return out
 
@@ -86,17 +76,16 @@ def nearest(ctx, x, embed, sqnorm, rank):
     return lib.ggml_argmax(ctx, lib.ggml_mul(ctx, is_max, rank))                     # [T] i32
 
 
-def encode(ctx, w, latent, n_q: int) -> list:
+def encode(ctx, codebooks: tuple[Codebook, ...], latent) -> list:
     """latent [H, T] -> one int32 [T] code tensor per codebook."""
     residual = latent
     codes = []
-    for k in range(n_q):
-        p = prefix(k)
-        e = nn.linear(ctx, residual, w[p + "project_in.weight"], w[p + "project_in.bias"])   # [D, T]
-        code = nearest(ctx, e, w[p + "codebook.embed"], w[p + "codebook.embed_sqnorm"], w[p + "codebook.rank"])
+    for k, cb in enumerate(codebooks):
+        e = nn.linear(ctx, residual, cb.project_in.weight, cb.project_in.bias)                 # [D, T]
+        code = nearest(ctx, e, cb.embed, cb.embed_sqnorm, cb.rank)
         codes.append(code)
-        if k + 1 < n_q:
-            q = nn.embedding(ctx, w[p + "codebook.embed"], code)                                # [D, T]
-            q = nn.linear(ctx, q, w[p + "project_out.weight"], w[p + "project_out.bias"])       # [H, T]
+        if k + 1 < len(codebooks):
+            q = nn.embedding(ctx, cb.embed, code)                                               # [D, T]
+            q = nn.linear(ctx, q, cb.project_out.weight, cb.project_out.bias)                   # [H, T]
             residual = lib.ggml_sub(ctx, residual, q)
     return codes

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 from .. import nn
 from ..ggml import lib
-
-P = "encoder_semantic."
+from .common import Conv
 
 
 @dataclass(frozen=True)
@@ -21,23 +20,39 @@ class SemanticConfig:
     block_dilations: tuple[int, ...] = (1, 1)
 
 
-def residual_unit(ctx, w, p: str, x, dilation: int):
+@dataclass(frozen=True)
+class ResidualUnit:
+    conv1: Conv        # [k_unit, C, C], no bias
+    conv2: Conv        # [1, C, C], no bias
+
+
+@dataclass(frozen=True)
+class Block:
+    res_units: tuple[ResidualUnit, ...]   # one per block dilation
+    conv: Conv                            # [k, C, C'] + [C'], k = 3 for stride 1, else 2 * stride
+
+
+@dataclass(frozen=True)
+class SemanticWeights:
+    conv: Conv                            # [k, C, C], no bias
+    blocks: tuple[Block, ...]
+
+
+def residual_unit(ctx, u: ResidualUnit, x, dilation: int):
     """x [T, C] -> [T, C]."""
-    k = w[p + "conv1.weight"].ne[0]
-    y = nn.conv1d(ctx, lib.ggml_elu(ctx, x), w[p + "conv1.weight"], w.get(p + "conv1.bias"),
+    k = u.conv1.weight.ne[0]
+    y = nn.conv1d(ctx, lib.ggml_elu(ctx, x), u.conv1.weight, u.conv1.bias,
                   padding=(k - 1) // 2 * dilation, dilation=dilation)
-    y = nn.conv1d(ctx, lib.ggml_elu(ctx, y), w[p + "conv2.weight"], w.get(p + "conv2.bias"))
+    y = nn.conv1d(ctx, lib.ggml_elu(ctx, y), u.conv2.weight, u.conv2.bias)
     return lib.ggml_add(ctx, x, y)
 
 
-def encode(ctx, w, cfg: SemanticConfig, x):
+def encode(ctx, w: SemanticWeights, cfg: SemanticConfig, x):
     """Semantic features x [T, C] -> [T / prod(strides), C']."""
-    weight = w[P + "conv.weight"]
-    x = nn.conv1d(ctx, x, weight, w.get(P + "conv.bias"), padding=weight.ne[0] // 2)
-    for i, stride in enumerate(cfg.strides):
-        p = f"{P}conv_blocks.{i}."
-        for j, d in enumerate(cfg.block_dilations):
-            x = residual_unit(ctx, w, f"{p}res_units.{j}.", x, d)
-        weight = w[p + "conv.weight"]
-        x = nn.conv1d(ctx, x, weight, w.get(p + "conv.bias"), stride=stride, padding=(weight.ne[0] - 1) // 2)
+    x = nn.conv1d(ctx, x, w.conv.weight, w.conv.bias, padding=w.conv.weight.ne[0] // 2)
+    for block, stride in zip(w.blocks, cfg.strides):
+        for unit, d in zip(block.res_units, cfg.block_dilations):
+            x = residual_unit(ctx, unit, x, d)
+        weight = block.conv.weight
+        x = nn.conv1d(ctx, x, weight, block.conv.bias, stride=stride, padding=(weight.ne[0] - 1) // 2)
     return x

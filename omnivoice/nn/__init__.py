@@ -7,8 +7,8 @@ Layout conventions (ggml order, ne0 first):
 
 from .basic import add_bias, embedding, gelu, group_norm, layer_norm, linear, rms_norm, row_max, swiglu
 from .attention import attention, rope_neox
-from .conv import conv1d, conv_transpose1d, conv_transpose_weight, snake
+from .conv import conv1d, conv_transpose1d, snake
 from .quant import nearest_code
 
 __all__ = ["add_bias", "embedding", "gelu", "group_norm", "layer_norm", "linear", "rms_norm", "row_max", "swiglu",
-           "attention", "rope_neox", "conv1d", "conv_transpose1d", "conv_transpose_weight", "snake", "nearest_code"]
+           "attention", "rope_neox", "conv1d", "conv_transpose1d", "snake", "nearest_code"]

@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ggml import lib, types
 from .basic import add_bias
-
-
-def conv_transpose_weight(w: np.ndarray) -> np.ndarray:
-    """The stored layout of a ConvTranspose1d weight: torch (IC, OC, K) -> (OC*K, IC), i.e. ggml [IC, K*OC].
-
-    k varies fastest inside the K*OC axis, as ggml_col2im_1d reads its columns. The converter applies this once.
-    """
-    ic, oc, k = w.shape
-    return np.ascontiguousarray(w.transpose(1, 2, 0).reshape(oc * k, ic))
 
 
 def conv1d(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1):
@@ -38,7 +27,7 @@ def conv1d(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: int =
 def conv_transpose1d(ctx, x, w, b, stride: int, padding: int, output_padding: int, out_channels: int):
     """PyTorch ConvTranspose1d as a GEMM and ggml_col2im_1d: x [T, IC] -> [stride*(T-1) - 2p + K + op, OC].
 
-    `w` is the converter's permuted weight [IC, K*OC] (k fastest). col2im runs uncropped and the output is the
+    `w` is the stored weight [IC, K*OC], k fastest (omnivoice.gguf.layouts.conv_transpose_weight). col2im runs uncropped and the output is the
     window [p, p + T_out) of the full signal: for odd strides PyTorch's output_padding samples hold real
     overlap-added values, so cropping inside col2im and padding zeros afterwards would be wrong.
     """

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from omnivoice.codec import AudioCodec, load_codec
+from omnivoice.ggml import WeightStore
 from omnivoice.models import codec as model
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "codec_tiny.npz"
@@ -198,34 +199,40 @@ def test_decode_rejects_bad_codes(codec):
 
 # ------------------------------------------------------------------------------------------------ loading
 
-def test_config_read_from_gguf_metadata(tiny_gguf):
-    from omnivoice.gguf import open_model
+def test_config_read_from_gguf_metadata(tiny_gguf, runtime):
+    from dataclasses import replace
 
-    reader = open_model(tiny_gguf["codec"])
-    meta = reader.metadata
-    shapes = {t.name: tuple(int(x) for x in t.shape) for t in reader.tensors}
-    cfg = model.CodecConfig.from_gguf(meta, shapes)
+    from omnivoice.gguf import open_model
+    from omnivoice.loaders import ModelFileError, codec as loader
+
+    f = open_model(tiny_gguf["codec"])
+    cfg = loader.read_config(f)
     assert (cfg.sample_rate, cfg.hop_length, cfg.frame_rate, cfg.n_quantizers, cfg.codebook_size) == \
         (24000, 960, 25.0, 8, 1024)
     assert cfg.upsampling_ratios == (8, 5, 4, 2, 3) and cfg.semantic_downsample_factor == 2
     assert cfg.hubert.n_layer == 2 and cfg.hubert.pos_conv_groups == 16
 
-    missing = dict(meta)
+    missing = dict(f.metadata)
     del missing["omnivoice.semantic.num_attention_heads"]
-    with pytest.raises(ValueError, match="omnivoice.semantic.num_attention_heads"):
-        model.CodecConfig.from_gguf(missing, shapes, "x.gguf")
-    for key, value, match in (("omnivoice.conv_transpose_layout", "ic_oc_k", "oc_k_ic"),
-                              ("omnivoice.acoustic.upsampling_ratios", [8, 5, 4, 3, 2], "kernel"),
-                              ("omnivoice.n_codebooks", 9, "quantizer")):
-        with pytest.raises(ValueError, match=match):
-            model.CodecConfig.from_gguf({**meta, key: value}, shapes, "x.gguf")
+    with pytest.raises(ModelFileError, match="'omnivoice.semantic.num_attention_heads' is missing"):
+        loader.read_config(replace(f, metadata=missing))
+    with pytest.raises(ModelFileError, match="layout is 'ic_oc_k'; this build reads 'oc_k_ic'"):
+        loader.read_config(replace(f, metadata={**f.metadata, "omnivoice.conv_transpose_layout": "ic_oc_k"}))
+    # the same hop from other strides: the transposed convs' kernels no longer fit
+    for key, value, match in (("omnivoice.acoustic.upsampling_ratios", [8, 5, 4, 3, 2],
+                               r"'acoustic_decoder\.block\.3\.conv_t1\.weight' has ggml shape \[8, 16\], "
+                               r"expected \[8, 24\]"),
+                              ("omnivoice.n_codebooks", 9, r"'quantizer\.quantizers\.8\.codebook\.embed' is missing")):
+        damaged = replace(f, metadata={**f.metadata, key: value})
+        with pytest.raises(ModelFileError, match=match):
+            loader.load_weights(runtime, damaged, loader.read_config(damaged))
 
 
 def test_encoder_on_its_own_cpu_runtime(tiny_gguf, backend_spec, golden):
     with load_codec(tiny_gguf["codec"], backend_spec, encode_backend="cpu") as c:
         assert c.encode_runtime is not c.runtime and c.encode_runtime.device.kind == "cpu"
-        assert "fc2.weight" in c.weights and "fc.weight" not in c.weights
-        assert "fc.weight" in c.encode_weights and "fc2.weight" not in c.encode_weights
+        assert c.weights.fc2 is not None and c.weights.fc is None
+        assert c.encode_weights.fc is not None and c.encode_weights.fc2 is None
         assert np.array_equal(c.encode(golden["clip_b"]), golden["codes_b"])
         assert c.decode(golden["codes_b"]).shape == (960 * golden["codes_b"].shape[1],)
 
@@ -233,7 +240,10 @@ def test_encoder_on_its_own_cpu_runtime(tiny_gguf, backend_spec, golden):
 def test_load_decode_only_skips_the_encoder(tiny_gguf, backend_spec):
     with load_codec(tiny_gguf["codec"], backend_spec, parts=("decode",)) as c:
         assert c.can_decode and not c.can_encode
-        assert not any(n.startswith(("semantic_model.", "acoustic_encoder.")) for n in c.weights.names())
+        assert c.weights.hubert is None and c.weights.quantizers[0].project_in is None
+        store = next(o for o in c._owns if isinstance(o, WeightStore))
+        assert not any(n.startswith(("semantic_model.", "acoustic_encoder.")) or "project_in" in n
+                       for n in store.names())
         with pytest.raises(RuntimeError, match="without its encoder"):
             c.encode(np.zeros(24000, np.float32))
 

@@ -16,6 +16,7 @@ import pytest
 from scipy.special import erf
 
 from omnivoice import nn
+from omnivoice.gguf.layouts import conv_transpose_weight
 from omnivoice.ggml import types
 
 
@@ -251,7 +252,7 @@ def test_conv_transpose1d_dac_strides(run, rng, stride):
     w = rng.standard_normal((IC, OC, K)).astype(np.float32)
     b = rng.standard_normal(OC).astype(np.float32)
     y = run(lambda ctx, ws, x: nn.conv_transpose1d(ctx, x, ws["w"], ws["b"], stride, p, op, OC),
-            {"x": x}, {"w": nn.conv_transpose_weight(w), "b": b})
+            {"x": x}, {"w": conv_transpose_weight(w), "b": b})
     want = conv_transpose1d_ref(x.astype(np.float64), w.astype(np.float64), b, stride, p, op)
     assert y.shape == (OC, stride * T) == want.shape
     assert rel_err(y, want) < 1e-5

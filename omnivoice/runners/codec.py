@@ -1,4 +1,5 @@
-"""AudioCodec: the Higgs Audio v2 codec loaded from its GGUF, running the graphs of omnivoice.models.codec.
+"""The codec on a runtime: AudioCodec runs the graphs of omnivoice.models.codec on the weights that
+omnivoice.loaders.codec loads from the codec GGUF.
 
     with load_codec("omnivoice-tokenizer-F32.gguf", backend="cpu") as codec:
         codes = codec.encode(audio_24k)          # int32 [8, T]
@@ -29,6 +30,7 @@ import numpy as np
 
 from ..ggml import Graph, Runtime, WeightStore
 from ..gguf import open_model
+from ..loaders import codec as loader
 from ..models import codec as model
 
 DEFAULT_WINDOW_FRAMES = 512
@@ -48,13 +50,14 @@ class _Window:
 class AudioCodec:
     """The codec on one runtime: `decode` codes to 24 kHz audio, `encode` 24 kHz audio to codes."""
 
-    def __init__(self, runtime: Runtime, weights: WeightStore, config: model.CodecConfig, *,
-                 encode_runtime: Runtime | None = None, encode_weights: WeightStore | None = None,
+    def __init__(self, runtime: Runtime, weights: model.CodecWeights, config: model.CodecConfig, *,
+                 encode_runtime: Runtime | None = None, encode_weights: model.CodecWeights | None = None,
                  window_frames: int = DEFAULT_WINDOW_FRAMES, context_frames: int = DEFAULT_CONTEXT_FRAMES,
-                 max_graphs: int = 2, owns: tuple = ()) -> None:
-        """Wrap weights loaded with `models.codec.weight_selection` (use `load_codec`); `owns` are closed with it.
+                 max_graphs: int = 2, metadata: dict | None = None, owns: tuple = ()) -> None:
+        """Wrap loaded weights (use `load_codec`); `owns` (stores, runtimes) are closed with it.
 
         The encoder runs on `encode_runtime` with `encode_weights` when given, else on `runtime` with `weights`.
+        `metadata` is the file's, for callers that check a model and a codec belong together.
         """
         if context_frames < 0 or window_frames <= 2 * context_frames:
             raise ValueError(f"window_frames ({window_frames}) must exceed 2 * context_frames ({context_frames})")
@@ -63,6 +66,7 @@ class AudioCodec:
         self.encode_runtime = encode_runtime or runtime
         self.encode_weights = encode_weights or weights
         self.config = config
+        self.metadata = metadata or {}
         self.window_frames = int(window_frames)
         self.context_frames = int(context_frames)
         self.max_graphs = max(1, int(max_graphs))
@@ -95,11 +99,11 @@ class AudioCodec:
 
     @property
     def can_encode(self) -> bool:
-        return "fc.weight" in self.encode_weights and self.config.hubert is not None
+        return self.encode_weights.can_encode
 
     @property
     def can_decode(self) -> bool:
-        return "fc2.weight" in self.weights
+        return self.weights.can_decode
 
     # ---------------------------------------------------------------------------------------- graphs
     def _graph(self, key: tuple, build: Callable[[Graph], None], runtime: Runtime) -> Graph:
@@ -246,28 +250,6 @@ class AudioCodec:
         self.close()
 
 
-def _load_selected(runtime: Runtime, path, keep: Callable[[str], bool], derived: dict) -> WeightStore:
-    """The tensors of the codec file that `keep` accepts, plus the `derived` ones, on `runtime`."""
-    f = open_model(path, model.ARCH)
-    store = WeightStore(runtime, str(path), f.metadata, region=f.data)
-    try:
-        for t in f.tensors:
-            if keep(t.name):
-                store.add(t.name, t.tensor_type, t.shape, t.data)
-
-        def source(name: str) -> np.ndarray:
-            t = f.tensor(name)
-            return t.data.view(np.float32).reshape(tuple(reversed(t.shape)))
-
-        for name, fn in derived.items():
-            store.add_array(name, np.asarray(fn(source), np.float32))
-        store.upload(in_place=not runtime.is_gpu, release=f.release)
-    except BaseException:
-        store.close()
-        raise
-    return store
-
-
 def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None = None,
                runtime: Runtime | None = None, parts: Sequence[str] = model.PARTS,
                encode_backend: str | None = None, **options) -> AudioCodec:
@@ -278,14 +260,9 @@ def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None =
     `encode_backend` (e.g. "cpu") puts the encoder on a runtime of its own, see the module docstring.
     Extra keyword options go to AudioCodec (window_frames, context_frames, max_graphs).
     """
-    reader = open_model(path, model.ARCH)
-    shapes = {t.name: tuple(int(x) for x in t.shape) for t in reader.tensors}
-    meta = reader.metadata
-    del reader
-    config = model.CodecConfig.from_gguf(meta, shapes, str(path))
+    f = open_model(path, loader.ARCH)
+    config = loader.read_config(f)
     parts = tuple(parts)
-    if "encode" in parts and config.hubert is None:
-        raise ValueError(f"{path}: holds no HuBERT weights (semantic_model.*); it can only decode")
     if encode_backend is not None and "decode" not in parts:  # encode only: the encoder's runtime is the codec's
         if runtime is not None:
             raise ValueError("an encode-only codec takes runtime or encode_backend, not both")
@@ -296,16 +273,14 @@ def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None =
             runtime = Runtime(backend, n_threads=threads)
             owned.append(runtime)
         split = encode_backend is not None and "encode" in parts
-        keep, derived = model.weight_selection(shapes, config, ("decode",) if split else parts)
-        weights = _load_selected(runtime, path, keep, derived)
-        owned.append(weights)
+        weights, store = loader.load_weights(runtime, f, config, ("decode",) if split else parts)
+        owned.append(store)
         enc_runtime = enc_weights = None
         if split:
             enc_runtime = Runtime(encode_backend, n_threads=threads)
             owned.append(enc_runtime)
-            keep, derived = model.weight_selection(shapes, config, ("encode",))
-            enc_weights = _load_selected(enc_runtime, path, keep, derived)
-            owned.append(enc_weights)
+            enc_weights, enc_store = loader.load_weights(enc_runtime, f, config, ("encode",))
+            owned.append(enc_store)
     except BaseException:
         for obj in reversed(owned):
             obj.close()
@@ -313,4 +288,4 @@ def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None =
     # weights before runtimes: a buffer must be freed while its backend lives
     owns = tuple(o for o in owned if isinstance(o, WeightStore)) + tuple(o for o in owned if isinstance(o, Runtime))
     return AudioCodec(runtime, weights, config, encode_runtime=enc_runtime, encode_weights=enc_weights,
-                      owns=owns, **options)
+                      metadata=f.metadata, owns=owns, **options)
