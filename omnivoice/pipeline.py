@@ -113,14 +113,14 @@ class Pipeline:
     # ------------------------------------------------------------------------------------------ generation
     def _prompt(self, chunk: Chunk, settings: Settings):
         """The chunk's step-0 prompt, as text/ builds it and as the LM runner takes it."""
-        from .runners.lm import Prompt  # the runner's own prompt type; text/ stays free of ggml
+        from .runners.lm import LMInput  # what the LM sees of the prompt; text/ stays free of ggml
 
         cfg = self.lm.cfg
         prompt = build_prompt(self.tokenizer, chunk.text, chunk.n_target, ref_text=chunk.ref_text,
                               ref_audio_tokens=chunk.ref_codes, lang=settings.language,
                               instruct=settings.instruct, denoise=settings.denoise,
                               num_codebooks=cfg.n_codebook, audio_mask_id=cfg.audio_mask_id)
-        return prompt, Prompt(prompt.cond_ids, prompt.audio_mask, prompt.num_target_tokens)
+        return prompt, LMInput(prompt.cond_ids, prompt.audio_mask, prompt.num_target_tokens)
 
     def generate_chunk(self, chunk: Chunk, settings: Settings, rng: Optional[CudaPhiloxGenerator],
                        on_step: Optional[Callable[[int], None]] = None,

@@ -43,7 +43,7 @@ def run(args) -> list[dict]:
     from omnivoice.generate.maskgit import GenerationConfig, teacher_force
     from omnivoice.ggml import Runtime
     from omnivoice.pipeline import _GuidedChunk
-    from omnivoice.runners.lm import LanguageModel, Prompt
+    from omnivoice.runners.lm import LanguageModel, LMInput
 
     ref = np.load(args.ref)
     meta = json.loads(str(ref["meta_json"])) if "meta_json" in ref.files else {}
@@ -61,7 +61,7 @@ def run(args) -> list[dict]:
         for quant in args.quants.split(","):
             lm_path, _ = convert(args.checkpoint, args.gguf_dir, quant)
             lm = LanguageModel(rt, lm_path, flash_attn=None if args.flash else False)
-            prompt = Prompt(ids, mask, T)
+            prompt = LMInput(ids, mask, T)
             with lm.session([prompt], cfg.guidance_scale, greedy=True, with_logits=True) as s:
                 got = s.step([ids[:, -T:]])[0]["cond_logits"].astype(np.float64)
             a, b = got.ravel(), want_logits.ravel()

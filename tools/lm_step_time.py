@@ -31,13 +31,13 @@ SHAPES = {"auto5": (22, 0, 125), "clone5": (49, 47, 125), "auto20": (40, 0, 500)
 
 
 def prompt(n_text: int, n_ref: int, n_target: int, seed: int = 0):
-    from omnivoice.runners.lm import Prompt
+    from omnivoice.runners.lm import LMInput
 
     rng = np.random.default_rng(seed)
     text = np.repeat(rng.integers(0, 151_000, n_text)[None], 8, 0)
     ids = np.concatenate([text, rng.integers(0, 1024, (8, n_ref)), np.full((8, n_target), 1024)], 1)
     mask = np.arange(ids.shape[1]) >= n_text
-    return Prompt(ids.astype(np.int32), mask, n_target)
+    return LMInput(ids.astype(np.int32), mask, n_target)
 
 
 def timed_step(session, tokens) -> tuple[float, float, float]:

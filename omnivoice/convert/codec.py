@@ -157,7 +157,8 @@ def codec_inventory(hp: dict) -> list[tuple[str, tuple[int, ...]]]:
     inv += _linear(N.FC, hc, hc)
     for q in range(hp["n_quantizers"]):
         inv += [(N.tensor(N.RVQ_CODEBOOK, N.EMBED, i=q), (hp["codebook_size"], hp["codebook_dim"]))]
-        inv += _linear(N.RVQ_PROJ_IN, hp["codebook_dim"], hc, i=q) + _linear(N.RVQ_PROJ_OUT, hc, hp["codebook_dim"], i=q)
+        dim = hp["codebook_dim"]
+        inv += _linear(N.RVQ_PROJ_IN, dim, hc, i=q) + _linear(N.RVQ_PROJ_OUT, hc, dim, i=q)
     inv += _linear(N.FC2, H, hc)
     # DAC decoder
     Dd = hp["dec_hidden"]

@@ -1,8 +1,8 @@
 """The LM GGUF (``omnivoice-base-{QUANT}.gguf``, arch ``omnivoice-lm``): Qwen3 + audio embeddings/heads + tokenizer.
 
 Tensors keep their Hugging Face names (``llm.layers.N.self_attn.q_proj.weight``, ``audio_embeddings.weight``,
-...; the table in ``omnivoice.gguf.names``) and shapes (ggml ne = reversed torch shape). ``codebook_layer_offsets`` is dropped: its values go to the
-``omnivoice.codebook_layer_offsets`` metadata array.
+...; the table in ``omnivoice.gguf.names``) and shapes (ggml ne = reversed torch shape).
+``codebook_layer_offsets`` is dropped: its values go to the ``omnivoice.codebook_layer_offsets`` metadata array.
 
 Storage types by ``--quant`` (norms are always F32):
 

@@ -5,10 +5,11 @@
 
 from ._ffi import GGMLNotBuiltError, consts, ffi, lib
 from .backend import Device, Runtime, list_devices, parse_spec
-from .graph import Graph, Tensor, ne_of, new_context, new_tensor, read_tensor, set_name, shape_of, write_tensor
+from .graph import (Graph, Tensor, named, ne_of, new_context, new_tensor, read_tensor, set_name, shape_of,
+                    write_tensor)
 from .weights import WeightStore
 from . import types
 
 __all__ = ["GGMLNotBuiltError", "consts", "ffi", "lib", "Device", "Runtime", "list_devices", "parse_spec",
-           "Graph", "Tensor", "ne_of", "new_context", "new_tensor", "read_tensor", "set_name", "shape_of", "write_tensor",
-           "WeightStore", "types"]
+           "Graph", "Tensor", "named", "ne_of", "new_context", "new_tensor", "read_tensor", "set_name", "shape_of",
+           "write_tensor", "WeightStore", "types"]

@@ -74,6 +74,12 @@ def set_name(t, name: str):
     return t
 
 
+def named(t, name: str, i: int | None = None):
+    """Name an intermediate tensor `name`, or `name-i` inside layer i, as llama.cpp's cb(cur, "attn_norm", il)
+    does, so that a graph dump or a profile says which tensor a node is. Returns `t`."""
+    return set_name(t, name if i is None else f"{name}-{i}")
+
+
 def new_context(n_tensors: int, graph_nodes: int = 0):
     """A context that holds tensor metadata only (no_alloc): data lives in backend buffers."""
     size = lib.ggml_tensor_overhead() * n_tensors

@@ -195,9 +195,6 @@ class WeightStore:
     def names(self) -> Iterable[str]:
         return self._tensors.keys()
 
-    def get(self, name: str, default=None):
-        return self._tensors.get(name, default)
-
     @property
     def nbytes(self) -> int:
         return sum(lib.ggml_backend_buffer_get_size(b) for b in self._buffers)

@@ -131,11 +131,6 @@ class TensorInfo:
     shape: tuple
     tensor_type: int
     data: Any  # numpy uint8 view into the file's memory map
-    offset: int = 0  # where the data starts in the file
-
-    @property
-    def n_bytes(self) -> int:
-        return int(self.data.nbytes)
 
 
 @dataclass
@@ -233,7 +228,7 @@ def read_gguf(path: str) -> GGUFFile:
         if start + n > len(whole):
             raise GGUFFormatError(f"{path}: tensor {name!r} ends at byte {start + n}, past the end of the file "
                                   f"({len(whole)} bytes): truncated?")
-        tensors.append(TensorInfo(name, shape, ttype, whole[start:start + n], start))
+        tensors.append(TensorInfo(name, shape, ttype, whole[start:start + n]))
     return GGUFFile(str(path), meta, tensors, mm, whole[data_start:])
 
 

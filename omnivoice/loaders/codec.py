@@ -56,7 +56,8 @@ def read_config(f: GGUFFile) -> CodecConfig:
             check(got == want, src, f"{key} = {got!r} is not supported (expected {want!r})")
         n_feat = m.int(K.SEM_NUM_FEAT_LAYERS)
         hub = HubertConfig(
-            n_layer=m.int(K.SEM_NUM_LAYERS), n_head=m.int(K.SEM_NUM_HEADS), conv_stride=m.ints(K.SEM_CONV_STRIDE, n=n_feat),
+            n_layer=m.int(K.SEM_NUM_LAYERS), n_head=m.int(K.SEM_NUM_HEADS),
+            conv_stride=m.ints(K.SEM_CONV_STRIDE, n=n_feat),
             feat_extract_norm=m.str(K.SEM_FEAT_EXTRACT_NORM, ("group", "layer")),
             feat_proj_layer_norm=m.bool(K.SEM_FEAT_PROJ_LAYER_NORM), pos_conv_groups=m.int(K.SEM_NUM_CONV_POS_GROUPS),
             pos_conv_trim=m.int(K.SEM_POS_CONV_TRIM, 0), eps=m.float(K.SEM_LAYER_NORM_EPS),

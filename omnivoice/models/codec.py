@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import nn
-from ..ggml import lib
+from ..ggml import lib, named
 from . import dac, hubert, rvq, semantic
 from .common import Linear
 from .hubert import HubertConfig
@@ -80,15 +80,11 @@ class CodecWeights:
 
 # ------------------------------------------------------------------------------------------------ graphs
 
-def _transpose(ctx, x):
-    return lib.ggml_cont(ctx, lib.ggml_transpose(ctx, x))
-
-
 def build_decode(ctx, w: CodecWeights, cfg: CodecConfig, codes):
     """codes int32 [T, n_q] (numpy [n_q, T]) -> audio [T * hop, 1]."""
     latent = rvq.decode(ctx, w.quantizers, codes)                                 # [1024, T]
-    x = nn.linear(ctx, latent, w.fc2.weight, w.fc2.bias)                          # [256, T]
-    audio = dac.decode(ctx, w.decoder, _transpose(ctx, x), cfg.upsampling_ratios)  # [T * hop, 1]
+    x = named(nn.linear(ctx, latent, w.fc2.weight, w.fc2.bias), "fc2_out")       # [256, T]
+    audio = dac.decode(ctx, w.decoder, nn.transpose(ctx, x), cfg.upsampling_ratios)  # [T * hop, 1]
     return lib.ggml_tanh(ctx, audio) if cfg.decoder_tanh else audio
 
 
@@ -100,13 +96,13 @@ def build_encode(ctx, w: CodecWeights, cfg: CodecConfig, audio, audio16, pad_aco
     f = cfg.semantic_downsample_factor
     n_sem = -(-feats.ne[1] // f)
     feats = lib.ggml_view_2d(ctx, feats, feats.ne[0], n_sem, f * feats.nb[1], 0)  # [768, T] every f-th frame
-    e_semantic = semantic.encode(ctx, w.semantic, cfg.semantic, _transpose(ctx, feats))  # [T, 768]
+    e_semantic = semantic.encode(ctx, w.semantic, cfg.semantic, nn.transpose(ctx, feats))  # [T, 768]
     if pad_acoustic:
         pad = cfg.acoustic_input_pad
         audio = lib.ggml_pad_ext(ctx, audio, pad, pad, 0, 0, 0, 0, 0, 0)          # [N + 960]
     e_acoustic = dac.encode(ctx, w.encoder, audio, cfg.downsampling_ratios)       # [T, 256]
     x = lib.ggml_concat(ctx, e_acoustic, e_semantic, 1)                           # [T, 1024]
-    latent = nn.linear(ctx, _transpose(ctx, x), w.fc.weight, w.fc.bias)           # [1024, T]
+    latent = named(nn.linear(ctx, nn.transpose(ctx, x), w.fc.weight, w.fc.bias), "fc_out")  # [1024, T]
     return {"codes": rvq.encode(ctx, w.quantizers, latent), "semantic_features": feats,
             "e_semantic": e_semantic, "e_acoustic": e_acoustic, "latent": latent}
 

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from .. import nn
-from ..ggml import Tensor, lib
+from ..ggml import Tensor, lib, named
 from .common import Conv
 
 DILATIONS = (1, 3, 9)  # of the three residual units of every block
@@ -103,11 +103,11 @@ def decoder_block(ctx, b: DecoderBlock, x, stride: int):
 
 def decode(ctx, w: DacDecoder, latent, upsampling_ratios: tuple[int, ...]):
     """DAC decoder: latent [T, hidden] -> audio [T * prod(ratios), 1]."""
-    x = conv(ctx, w.conv1, latent)                                                   # [T, C0]
-    for block, stride in zip(w.blocks, upsampling_ratios):
-        x = decoder_block(ctx, block, x, stride)                                     # [T * s, C / 2]
+    x = named(conv(ctx, w.conv1, latent), "dec_conv_in")                            # [T, C0]
+    for i, (block, stride) in enumerate(zip(w.blocks, upsampling_ratios)):
+        x = named(decoder_block(ctx, block, x, stride), "dec_block", i)              # [T * s, C / 2]
     x = snake(ctx, w.snake1, x)
-    return conv(ctx, w.conv2, x)                                                     # [T * hop, 1]
+    return named(conv(ctx, w.conv2, x), "dec_out")                                  # [T * hop, 1]
 
 
 def encoder_block(ctx, b: EncoderBlock, x, stride: int):
@@ -120,11 +120,11 @@ def encoder_block(ctx, b: EncoderBlock, x, stride: int):
 
 def encode(ctx, w: DacEncoder, audio, downsampling_ratios: tuple[int, ...]):
     """DAC encoder: audio [N, 1] -> [N / hop, hidden] (lengths as PyTorch's conv arithmetic gives them)."""
-    x = conv(ctx, w.conv1, audio)                                                    # [N, C0]
-    for block, stride in zip(w.blocks, downsampling_ratios):
-        x = encoder_block(ctx, block, x, stride)                                     # [T / s, 2 C]
+    x = named(conv(ctx, w.conv1, audio), "enc_conv_in")                             # [N, C0]
+    for i, (block, stride) in enumerate(zip(w.blocks, downsampling_ratios)):
+        x = named(encoder_block(ctx, block, x, stride), "enc_block", i)              # [T / s, 2 C]
     x = snake(ctx, w.snake1, x)
-    return conv(ctx, w.conv2, x)                                                     # [N / hop, hidden]
+    return named(conv(ctx, w.conv2, x), "enc_out")                                  # [N / hop, hidden]
 
 
 def encoder_conv_layers(kernels: list[int], downsampling_ratios: tuple[int, ...]) -> list[tuple[int, int, int, int]]:

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from .. import nn
-from ..ggml import ffi, lib
+from ..ggml import ffi, lib, named
 from .common import Conv, Linear, Norm
 
 
@@ -64,40 +64,36 @@ class HubertWeights:
     layers: tuple[HubertLayer, ...]
 
 
-def _transpose(ctx, x):
-    return lib.ggml_cont(ctx, lib.ggml_transpose(ctx, x))
-
-
 def feature_extractor(ctx, w: HubertWeights, cfg: HubertConfig, audio):
     """Conv feature encoder: audio [N, 1] -> [T, C] (conv layout)."""
     x = audio
-    for fc, stride in zip(w.feature_convs, cfg.conv_stride):
+    for i, (fc, stride) in enumerate(zip(w.feature_convs, cfg.conv_stride)):
         x = nn.conv1d(ctx, x, fc.conv.weight, fc.conv.bias, stride=stride)                  # [T_i, C]
         if cfg.feat_extract_norm == "group" and fc.norm is not None:
             # GroupNorm with one group per channel: each channel normalised over time.
             x = nn.group_norm(ctx, x, x.ne[1], fc.norm.weight, fc.norm.bias, cfg.norm_eps)
         elif cfg.feat_extract_norm == "layer":
-            x = _transpose(ctx, nn.layer_norm(ctx, _transpose(ctx, x), fc.norm.weight, fc.norm.bias, cfg.norm_eps))
-        x = nn.gelu(ctx, x)
+            x = nn.transpose(ctx, nn.layer_norm(ctx, nn.transpose(ctx, x), fc.norm.weight, fc.norm.bias, cfg.norm_eps))
+        x = named(nn.gelu(ctx, x), "hubert_feat", i)
     return x
 
 
 def feature_projection(ctx, w: HubertWeights, cfg: HubertConfig, features):
     """features [T, C_conv] -> [C, T]."""
-    x = _transpose(ctx, features)                                                           # [C_conv, T]
+    x = nn.transpose(ctx, features)                                                           # [C_conv, T]
     if cfg.feat_proj_layer_norm:
         x = nn.layer_norm(ctx, x, w.projection_norm.weight, w.projection_norm.bias, cfg.eps)
-    return nn.linear(ctx, x, w.projection.weight, w.projection.bias)                        # [C, T]
+    return named(nn.linear(ctx, x, w.projection.weight, w.projection.bias), "hubert_proj")  # [C, T]
 
 
 def positional_embedding(ctx, w: HubertWeights, cfg: HubertConfig, h):
     """Grouped positional conv of h [C, T] -> [C, T]."""
     K = w.pos_conv.weight.ne[0]                                                             # [K, C/g, C]
-    x = nn.conv1d(ctx, _transpose(ctx, h), w.pos_conv.weight, w.pos_conv.bias, padding=K // 2,
+    x = nn.conv1d(ctx, nn.transpose(ctx, h), w.pos_conv.weight, w.pos_conv.bias, padding=K // 2,
                   groups=cfg.pos_conv_groups)                                               # [T + 1, C] (K even)
     if cfg.pos_conv_trim:  # HubertSamePadLayer drops the extra last sample(s)
         x = lib.ggml_view_2d(ctx, x, x.ne[0] - cfg.pos_conv_trim, x.ne[1], x.nb[1], 0)     # [T, C]
-    return nn.gelu(ctx, _transpose(ctx, x))                                                 # [C, T]
+    return named(nn.gelu(ctx, nn.transpose(ctx, x)), "hubert_pos")                        # [C, T]
 
 
 def attention(ctx, layer: HubertLayer, cfg: HubertConfig, h):
@@ -127,10 +123,10 @@ def mean_hidden_state(ctx, w: HubertWeights, cfg: HubertConfig, audio):
     h = lib.ggml_add(ctx, h, positional_embedding(ctx, w, cfg, h))
     h = nn.layer_norm(ctx, h, w.encoder_norm.weight, w.encoder_norm.bias, cfg.eps)
     total = h
-    for layer in w.layers:
-        h = encoder_layer(ctx, layer, cfg, h)
+    for i, layer in enumerate(w.layers):
+        h = named(encoder_layer(ctx, layer, cfg, h), "hubert_layer", i)
         total = lib.ggml_add(ctx, total, h)
-    return lib.ggml_scale(ctx, total, 1.0 / (len(w.layers) + 1))
+    return named(lib.ggml_scale(ctx, total, 1.0 / (len(w.layers) + 1)), "hubert_mean")
 
 
 def output_length(n: int, kernels: list[int], strides: tuple[int, ...]) -> int:

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from .. import nn
-from ..ggml import Tensor, lib
+from ..ggml import Tensor, lib, named
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def embed(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_mask, tex
     # where(mask, audio, text) as text*(1-m) + audio*m: exact for m in {0, 1}, unlike text + m*(audio - text).
     m = lib.ggml_reshape_2d(ctx, audio_mask, 1, L)                               # [1, L]
     keep_text = lib.ggml_reshape_2d(ctx, text_mask, 1, L)
-    return lib.ggml_add(ctx, lib.ggml_mul(ctx, text, keep_text), lib.ggml_mul(ctx, audio, m))
+    return named(lib.ggml_add(ctx, lib.ggml_mul(ctx, text, keep_text), lib.ggml_mul(ctx, audio, m)), "inp_embd")
 
 
 def heads(ctx, x, cfg: LMConfig, n: int, first: int = 0):
@@ -132,29 +132,31 @@ def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | N
     return concat(ctx, parts, 1)
 
 
-def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, x, pos, segments, flash_kv: int | None):
-    """One Qwen3 decoder layer: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
+def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None):
+    """Qwen3 decoder layer `il`: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
     prompt; `flash_kv`: K/V type of flash attention, or None for the plain path."""
     residual = x
-    cur = nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps)
+    cur = named(nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps), "attn_norm", il)
 
     q, k, v = qkv_projections(ctx, layer, cfg, cur)                                    # [D, H or Hkv, L]
-    q = nn.rms_norm(ctx, q, layer.q_norm, cfg.rms_eps)
-    k = nn.rms_norm(ctx, k, layer.k_norm, cfg.rms_eps)
-    q = nn.rope_neox(ctx, q, pos, cfg.rope_theta)
-    k = nn.rope_neox(ctx, k, pos, cfg.rope_theta)
-    cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv)                       # [D * H, L]
-    cur = lib.ggml_mul_mat(ctx, layer.o, cur)                                                # [n_embd, L]
-    x = lib.ggml_add(ctx, residual, cur)
+    named(v, "Vcur", il)
+    q = named(nn.rms_norm(ctx, q, layer.q_norm, cfg.rms_eps), "Qcur_normed", il)
+    k = named(nn.rms_norm(ctx, k, layer.k_norm, cfg.rms_eps), "Kcur_normed", il)
+    q = named(nn.rope_neox(ctx, q, pos, cfg.rope_theta), "Qcur", il)
+    k = named(nn.rope_neox(ctx, k, pos, cfg.rope_theta), "Kcur", il)
+    cur = named(segmented_attention(ctx, cfg, q, k, v, segments, flash_kv), "kqv_out", il)  # [D * H, L]
+    cur = named(lib.ggml_mul_mat(ctx, layer.o, cur), "attn_out", il)                        # [n_embd, L]
+    x = named(lib.ggml_add(ctx, residual, cur), "ffn_inp", il)
 
     residual = x
-    cur = nn.rms_norm(ctx, x, layer.ffn_norm, cfg.rms_eps)
+    cur = named(nn.rms_norm(ctx, x, layer.ffn_norm, cfg.rms_eps), "ffn_norm", il)
     if layer.gate_up is not None:
         gate_up = lib.ggml_mul_mat(ctx, layer.gate_up, cur)                                  # [2 n_ff, L]
         cur = lib.ggml_mul_mat(ctx, layer.down, lib.ggml_swiglu(ctx, gate_up))
     else:
         cur = nn.swiglu(ctx, cur, layer.gate, layer.up, layer.down)
-    return lib.ggml_add(ctx, residual, cur)
+    named(cur, "ffn_out", il)
+    return named(lib.ggml_add(ctx, residual, cur), "l_out", il)
 
 
 FP16_MAX = 65504.0
@@ -168,16 +170,16 @@ def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_m
     keep activations in F16; a no-op on healthy F32 activations).
     """
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask, text_mask)
-    for layer in w.layers:
-        x = decoder_layer(ctx, layer, cfg, x, pos, segments, flash_kv)
+    for il, layer in enumerate(w.layers):
+        x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv)
         if clamp_fp16:
             x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
-    return nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps)
+    return named(nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps), "result_norm")
 
 
 def audio_logits(ctx, w: LMWeights, cfg: LMConfig, h):
     """audio_heads over the given positions: h [n_embd, N] -> logits [audio_vocab, n_codebook, N]."""
-    logits = lib.ggml_mul_mat(ctx, w.audio_heads, h)                                     # [8 * V, N]
+    logits = named(lib.ggml_mul_mat(ctx, w.audio_heads, h), "result_output")             # [8 * V, N]
     return lib.ggml_reshape_3d(ctx, logits, cfg.audio_vocab, cfg.n_codebook, h.ne[1])
 
 

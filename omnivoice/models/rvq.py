@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import nn
-from ..ggml import Tensor, lib
+from ..ggml import Tensor, lib, named
 from .common import Linear
 
 
@@ -55,7 +55,7 @@ def decode(ctx, codebooks: tuple[Codebook, ...], codes):
         e = nn.embedding(ctx, cb.embed, ids)                                        # [D, T]
         q = nn.linear(ctx, e, cb.project_out.weight, cb.project_out.bias)           # [H, T]
         out = q if out is None else lib.ggml_add(ctx, out, q)
-    return out
+    return named(out, "rvq_latent")
 
 
 def nearest(ctx, x, embed, sqnorm, rank):
@@ -81,8 +81,8 @@ def encode(ctx, codebooks: tuple[Codebook, ...], latent) -> list:
     residual = latent
     codes = []
     for k, cb in enumerate(codebooks):
-        e = nn.linear(ctx, residual, cb.project_in.weight, cb.project_in.bias)                 # [D, T]
-        code = nearest(ctx, e, cb.embed, cb.embed_sqnorm, cb.rank)
+        e = named(nn.linear(ctx, residual, cb.project_in.weight, cb.project_in.bias), "rvq_proj_in", k)  # [D, T]
+        code = named(nearest(ctx, e, cb.embed, cb.embed_sqnorm, cb.rank), "rvq_code", k)
         codes.append(code)
         if k + 1 < len(codebooks):
             q = nn.embedding(ctx, cb.embed, code)                                               # [D, T]

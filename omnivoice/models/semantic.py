@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import nn
-from ..ggml import lib
+from ..ggml import lib, named
 from .common import Conv
 
 
@@ -50,9 +50,10 @@ def residual_unit(ctx, u: ResidualUnit, x, dilation: int):
 def encode(ctx, w: SemanticWeights, cfg: SemanticConfig, x):
     """Semantic features x [T, C] -> [T / prod(strides), C']."""
     x = nn.conv1d(ctx, x, w.conv.weight, w.conv.bias, padding=w.conv.weight.ne[0] // 2)
-    for block, stride in zip(w.blocks, cfg.strides):
+    for i, (block, stride) in enumerate(zip(w.blocks, cfg.strides)):
         for unit, d in zip(block.res_units, cfg.block_dilations):
             x = residual_unit(ctx, unit, x, d)
         weight = block.conv.weight
         x = nn.conv1d(ctx, x, weight, block.conv.bias, stride=stride, padding=(weight.ne[0] - 1) // 2)
+        named(x, "sem_block", i)
     return x

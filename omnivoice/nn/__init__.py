@@ -5,10 +5,10 @@ Layout conventions (ggml order, ne0 first):
   convolution activations  [T, C]       (time contiguous, as ggml's im2col and col2im_1d expect)
 """
 
-from .basic import add_bias, embedding, gelu, group_norm, layer_norm, linear, rms_norm, row_max, swiglu
+from .basic import (add_bias, embedding, gelu, group_norm, layer_norm, linear, rms_norm, row_max, swiglu,
+                    transpose)
 from .attention import attention, rope_neox
 from .conv import conv1d, conv_transpose1d, snake
-from .quant import nearest_code
 
 __all__ = ["add_bias", "embedding", "gelu", "group_norm", "layer_norm", "linear", "rms_norm", "row_max", "swiglu",
-           "attention", "rope_neox", "conv1d", "conv_transpose1d", "snake", "nearest_code"]
+           "transpose", "attention", "rope_neox", "conv1d", "conv_transpose1d", "snake"]

@@ -43,6 +43,11 @@ def group_norm(ctx, x, n_groups: int, w, b, eps: float):
     return add_bias(ctx, cur, b, axis=1)
 
 
+def transpose(ctx, x):
+    """x [A, B] -> [B, A], contiguous (a conv activation [T, C] <-> a transformer one [C, T])."""
+    return lib.ggml_cont(ctx, lib.ggml_transpose(ctx, x))
+
+
 def gelu(ctx, x, exact: bool = True):
     """GELU: the erf form (PyTorch's default) unless `exact` is False (tanh approximation)."""
     return lib.ggml_gelu_erf(ctx, x) if exact else lib.ggml_gelu(ctx, x)

@@ -21,8 +21,9 @@ from ..models import lm as lm_graph
 
 
 @dataclass(frozen=True)
-class Prompt:
-    """One prompt: conditional input ids int32 [C, L], its audio mask bool [L], and the target length T."""
+class LMInput:
+    """What the LM sees of one prompt: conditional input ids int32 [C, L], its audio mask bool [L], and the
+    target length T (the last T positions). text.prompt.Prompt builds these ids from text and a voice."""
 
     input_ids: np.ndarray
     audio_mask: np.ndarray
@@ -67,7 +68,7 @@ class LanguageModel:
     def metadata(self) -> dict:
         return self.store.metadata
 
-    def session(self, prompts: list[Prompt], guidance_scale: float, greedy: bool,
+    def session(self, prompts: list[LMInput], guidance_scale: float, greedy: bool,
                 with_logits: bool = False) -> "ChunkSession":
         """A graph for these prompts' shapes, ready to be stepped."""
         return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)
@@ -79,7 +80,7 @@ class LanguageModel:
 class ChunkSession:
     """One chunk's graph: `step(tokens)` runs the LM on the prompts with their current target tokens."""
 
-    def __init__(self, model: LanguageModel, prompts: list[Prompt], guidance_scale: float, greedy: bool,
+    def __init__(self, model: LanguageModel, prompts: list[LMInput], guidance_scale: float, greedy: bool,
                  with_logits: bool) -> None:
         cfg = model.cfg
         self.model, self.cfg, self.prompts = model, cfg, list(prompts)
@@ -131,7 +132,6 @@ class ChunkSession:
         h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["text_mask"],
                                    c["pos"], spans, flash_kv, model.clamp_fp16)                   # [n_embd, L]
 
-        outs_pred, outs_score, outs_lp = [], [], []
         for i, ((c0, u0), p) in enumerate(zip(starts, self.prompts)):
             Lc, T = p.input_ids.shape[1], p.n_target
             cond = lm_graph.audio_logits(g.ctx, w, cfg, lm_graph.columns(g.ctx, h, c0 + Lc - T, T))  # [V, C, T]
@@ -144,10 +144,10 @@ class ChunkSession:
             lp = lm_graph.guided_log_probs(g.ctx, cond2, uncond2, guidance_scale)                   # [V, C*T]
             if greedy:
                 pred, score = lm_graph.greedy_pick(g.ctx, lp, w.class_bias)
-                outs_pred.append(g.output(f"pred_{i}", pred))
-                outs_score.append(g.output(f"score_{i}", score))
+                g.output(f"pred_{i}", pred)
+                g.output(f"score_{i}", score)
             else:
-                outs_lp.append(g.output(f"log_probs_{i}", lp))
+                g.output(f"log_probs_{i}", lp)
         g.allocate()
 
     def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:

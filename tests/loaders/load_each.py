@@ -15,7 +15,7 @@ import numpy as np
 
 
 def run_lm(rt, path: str) -> None:
-    from omnivoice.runners.lm import LanguageModel, Prompt
+    from omnivoice.runners.lm import LanguageModel, LMInput
 
     lm = LanguageModel(rt, path)
     try:
@@ -23,7 +23,7 @@ def run_lm(rt, path: str) -> None:
         ids = np.full((C, 12), lm.cfg.audio_mask_id, np.int32)
         ids[:, :4] = 7
         mask = np.arange(12) >= 4
-        p = Prompt(ids, mask, 8)
+        p = LMInput(ids, mask, 8)
         with lm.session([p], guidance_scale=2.0, greedy=True) as s:
             s.step([ids[:, 4:]])
     finally:

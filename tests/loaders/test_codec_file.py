@@ -94,7 +94,9 @@ def test_records_hold_the_files_tensors(runtime, tiny_gguf):
         t = w.decoder.blocks[3].conv_t1
         assert tensor_name(t.weight) == "acoustic_decoder.block.3.conv_t1.weight" and ne_of(t.weight) == (8, 16)
         layer = w.hubert.layers[1]
-        assert tensor_name(layer.ffn_up.weight) == "semantic_model.encoder.layers.1.feed_forward.intermediate_dense.weight"
+        name = N.tensor(N.HUBERT_FFN_UP, N.WEIGHT, i=1)
+        assert tensor_name(layer.ffn_up.weight) == name == "semantic_model.encoder.layers.1.feed_forward." \
+            "intermediate_dense.weight"
         assert len(w.quantizers) == cfg.n_quantizers == 8 and len(w.encoder.blocks) == 5
         cb = w.quantizers[7]
         embed = values("quantizer.quantizers.7.codebook.embed")

@@ -184,6 +184,19 @@ def test_graphs_are_cached_per_length(codec, rng):
     assert len(codec._graphs) <= codec.max_graphs and ("decode", 9) not in codec._graphs
 
 
+def test_graph_nodes_are_named(codec, golden):
+    """A dump or profile of a codec graph says which part each node belongs to."""
+    from .test_lm import graph_names
+
+    codec.clear_graphs()
+    codec.decode(golden["dec_codes_0"])
+    codec.encode(golden["clip_a"])
+    decode, encode = (names for names in map(graph_names, codec._graphs.values()))
+    assert {"rvq_latent", "fc2_out", "dec_conv_in", "dec_block-4"} <= decode
+    assert {"hubert_feat-0", "hubert_layer-1", "hubert_mean", "sem_block-1", "enc_block-4", "fc_out",
+            "rvq_proj_in-7"} <= encode
+
+
 def test_decode_rejects_bad_codes(codec):
     with pytest.raises(ValueError, match=r"shape \[8, T\]"):
         codec.decode(np.zeros((7, 5), np.int32))

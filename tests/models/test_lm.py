@@ -12,7 +12,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from omnivoice.ggml import types
-from omnivoice.runners.lm import LanguageModel, Prompt
+from omnivoice.runners.lm import LanguageModel, LMInput
 
 from .lm_reference import forward, guided
 
@@ -36,7 +36,7 @@ def ref_cfg(lm):
                 theta=c.rope_theta, n_codebook=c.n_codebook, audio_vocab=c.audio_vocab)
 
 
-def random_prompt(rng, n_text: int, n_ref: int, n_target: int, C: int = 8, mask_id: int = 1024) -> Prompt:
+def random_prompt(rng, n_text: int, n_ref: int, n_target: int, C: int = 8, mask_id: int = 1024) -> LMInput:
     """Text ids broadcast over the codebooks, optional reference codes, then the (partly unmasked) target."""
     text = np.repeat(rng.integers(0, 151_000, n_text)[None], C, 0)
     ref = rng.integers(0, 1024, (C, n_ref))
@@ -44,7 +44,7 @@ def random_prompt(rng, n_text: int, n_ref: int, n_target: int, C: int = 8, mask_
     ids = np.concatenate([text, ref, target], 1).astype(np.int32)
     mask = np.zeros(ids.shape[1], bool)
     mask[n_text:] = True
-    return Prompt(ids, mask, n_target)
+    return LMInput(ids, mask, n_target)
 
 
 @pytest.mark.parametrize("flash", [False, True])
@@ -152,3 +152,21 @@ def test_bad_tokens_shape_is_a_clear_error(lm, rng):
     with lm.session([p], 2.0, greedy=True) as s:
         with pytest.raises(ValueError, match="tokens of shape"):
             s.step([np.zeros((8, 5), np.int32)])
+
+
+def graph_names(graph) -> set[str]:
+    from omnivoice.ggml import ffi, lib
+
+    g = graph._gf
+    return {ffi.string(lib.ggml_graph_node(g, i).name).decode() for i in range(lib.ggml_graph_n_nodes(g))}
+
+
+def test_graph_nodes_are_named(lm, rng):
+    """A dump or profile of the graph says which tensor each node is (llama.cpp's names, layer after the dash)."""
+    p = random_prompt(rng, 5, 0, 6)
+    with lm.session([p], guidance_scale=2.0, greedy=True) as s:
+        names = graph_names(s.graph)
+    want = {"inp_embd", "result_norm", "result_output"} | {
+        f"{n}-{i}" for i in range(lm.cfg.n_layer)
+        for n in ("attn_norm", "Qcur", "Kcur", "kqv_out", "attn_out", "ffn_inp", "ffn_norm", "ffn_out", "l_out")}
+    assert want <= names, sorted(want - names)

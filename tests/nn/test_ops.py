@@ -259,13 +259,3 @@ def test_conv_transpose1d_dac_strides(run, rng, stride):
     # the last sample of an odd stride holds real overlap-added signal (NOTES.md: the exactness trap)
     assert abs(want[:, -1] - b).max() > 1e-3
 
-
-# ------------------------------------------------------------------------------------------------- RVQ search
-def test_nearest_code(run, rng):
-    D, N, T = 8, 300, 40
-    book = rng.standard_normal((N, D)).astype(np.float32)          # ggml [D, N]
-    x = (book[rng.integers(0, N, T)] + 0.3 * rng.standard_normal((T, D))).astype(np.float32)  # ggml [D, T]
-    sq = (book.astype(np.float64) ** 2).sum(1).astype(np.float32)
-    y = run(lambda ctx, ws, x: nn.nearest_code(ctx, x, ws["book"], ws["sq"]), {"x": x}, {"book": book, "sq": sq})
-    d = ((x[:, None, :].astype(np.float64) - book[None].astype(np.float64)) ** 2).sum(-1)
-    np.testing.assert_array_equal(y, d.argmin(1))

@@ -18,7 +18,7 @@ import pytest
 from omnivoice.generate.maskgit import GenerationConfig, teacher_force
 from omnivoice.codec.voice import VoicePrompt
 from omnivoice.pipeline import _GuidedChunk
-from omnivoice.runners.lm import Prompt
+from omnivoice.runners.lm import LMInput
 
 from tests.golden_paths import GOLDEN
 
@@ -79,7 +79,7 @@ def test_step0_logits(ov, case):
     for k in range(n_calls(d)):
         ids, mask = d[f"call{k}_cond_ids"], d[f"call{k}_cond_audio_mask"]
         T = d[f"call{k}_uncond_ids"].shape[1]
-        with ov.lm.session([Prompt(ids, mask, T)], 2.0, greedy=True, with_logits=True) as s:
+        with ov.lm.session([LMInput(ids, mask, T)], 2.0, greedy=True, with_logits=True) as s:
             r = s.step([ids[:, -T:]])[0]
         for row in ("cond", "uncond"):
             top_idx, top_val = d[f"call{k}_logits_{row}_top_idx"], d[f"call{k}_logits_{row}_top_val"]
@@ -104,7 +104,7 @@ def test_teacher_forced_steps(ov, case):
         tokens, unmask = d[f"call{k}_tokens"].astype(np.int32), d[f"call{k}_unmask_step"]
         T = tokens.shape[1]
         steps = [np.where(unmask < s, tokens, MASK).astype(np.int32) for s in range(cfg.num_step)]
-        with ov.lm.session([Prompt(ids, mask, T)], 2.0, greedy=True) as s:
+        with ov.lm.session([LMInput(ids, mask, T)], 2.0, greedy=True) as s:
             choices = teacher_force(_GuidedChunk(s, MASK), steps, cfg)
         for step, choice in enumerate(choices):
             want = np.flatnonzero(unmask.reshape(-1) == step)
