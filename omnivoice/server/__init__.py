@@ -1,0 +1,15 @@
+"""`python -m omnivoice.server`: an OpenAI-compatible speech server (FastAPI on uvicorn, extra [server]).
+
+    app.py          configuration, background model loading, the gates (auth, body limit, request counts)
+    routes.py       the endpoints: speech (whole, streamed, SSE), cloning, the voice library, models, health
+    schema.py       the speech request and its mapping onto the engine's SynthesisRequest
+    voices.py       the voices folder (VoicePrompt files) and OpenAI's built-in voice names
+    encoding.py     response audio: mp3, opus, vorbis, flac, wav, pcm through soundfile
+    metrics.py      Prometheus counters
+    errors.py       OpenAI's error JSON for every failure
+    engine_adapter.py   the only module that touches the model (stand-in for the batched engine)
+"""
+
+from .app import ServerConfig, create_app
+
+__all__ = ["ServerConfig", "create_app"]

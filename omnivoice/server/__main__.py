@@ -1,0 +1,115 @@
+"""`python -m omnivoice.server`: serve the OpenAI speech API with uvicorn.
+
+Argument parsing and process lifetime only: the app is omnivoice.server.app's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+
+EPILOG = """\
+The model loads in the background: GET /health answers 503 until it is ready.
+exit status: 0 stopped, 2 bad arguments or a model that cannot be loaded, 1 internal failure,
+130 SIGINT, 143 SIGTERM.
+
+examples:
+  python -m omnivoice.server --model ./OmniVoice --voices ./voices
+  OMNIVOICE_API_KEY=secret python -m omnivoice.server --host 0.0.0.0 --port 8000 --backend cuda
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m omnivoice.server", epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="OpenAI-compatible OmniVoice speech server.")
+    g = p.add_argument_group("model")
+    g.add_argument("--model", help="LM GGUF, OmniVoice checkpoint directory or Hugging Face repo id "
+                                   "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
+    g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
+    g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
+    g.add_argument("--quant", default="auto", choices=["auto", "f32", "f16", "bf16", "q8_0"],
+                   help="LM weight type when converting a checkpoint directory (default auto)")
+    g.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    g = p.add_argument_group("serving")
+    g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    g.add_argument("--port", type=int, default=8000)
+    g.add_argument("--voices", type=Path, default=Path("voices"),
+                   help="voice library folder of NAME.rvq + NAME.rvq.txt files (default ./voices)")
+    g.add_argument("--api-key", default=os.environ.get("OMNIVOICE_API_KEY") or None,
+                   help="require 'Authorization: Bearer KEY' on /v1/ (default: $OMNIVOICE_API_KEY, else none)")
+    g.add_argument("--max-batch", default="auto", help="requests batched into one LM step (default auto)")
+    g.add_argument("--max-wait-ms", type=float, default=10.0,
+                   help="how long a request waits for others to share its LM steps (default 10)")
+    g.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503 (default 64)")
+    g.add_argument("--max-upload-mb", type=float, default=20.0, help="request body limit in MiB (default 20)")
+    g.add_argument("--max-input-chars", type=int, default=4096, help="longest input text (default 4096)")
+    g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    return p
+
+
+def config_from_args(args):
+    from .app import ServerConfig
+
+    if args.max_batch != "auto":
+        try:
+            args.max_batch = int(args.max_batch)
+        except ValueError:
+            raise ValueError(f"--max-batch must be 'auto' or a positive integer, got {args.max_batch!r}") from None
+    for name, value in (("--max-batch", args.max_batch if args.max_batch != "auto" else 1),
+                        ("--max-queue", args.max_queue), ("--max-input-chars", args.max_input_chars),
+                        ("--port", args.port + 1), ("--max-upload-mb", args.max_upload_mb)):
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    if args.max_wait_ms < 0:
+        raise ValueError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
+    if args.voices.exists() and not args.voices.is_dir():
+        raise ValueError(f"--voices {args.voices}: not a folder")
+    return ServerConfig(model=args.model, codec=args.codec, backend=args.backend, quant=args.quant,
+                        threads=args.threads, voices=args.voices, api_key=args.api_key, max_batch=args.max_batch,
+                        max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                        max_upload_bytes=int(args.max_upload_mb * 2**20), max_input_chars=args.max_input_chars)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as e:
+        print(f"error: the server needs its extra: pip install 'omnivoice-ggml[server]' ({e})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        config = config_from_args(args)
+        config.voices.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    failure: list[BaseException] = []
+
+    def load_failed(exc: BaseException) -> None:
+        failure.append(exc)
+        server.should_exit = True
+
+    app = create_app(config, on_load_error=load_failed)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                   timeout_graceful_shutdown=10))
+    server.run()
+    if failure:
+        print(f"error: the model could not be loaded: {failure[0]}", file=sys.stderr)
+        return EXIT_BAD_INPUT if isinstance(failure[0], (ValueError, OSError)) else EXIT_INTERNAL
+    if not server.started:
+        return EXIT_INTERNAL  # uvicorn said why (e.g. the port is taken)
+    return EXIT_OK  # after SIGINT / SIGTERM uvicorn shuts down, then re-raises the signal: status 130 / 143
+
+
+if __name__ == "__main__":
+    sys.exit(main())

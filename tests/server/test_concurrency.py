@@ -1,0 +1,87 @@
+"""Many clients at once, and clients that leave: every request equals its solo result; leaving stops the work."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+LONG = " ".join(f"Sentence number {i} is here." for i in range(40))
+
+
+def _requests() -> list[dict]:
+    """16 different requests: voices (auto, built-in, library, design), texts, seeds, step counts, speeds."""
+    voices = [None, "alloy", "saved", "onyx"]
+    texts = ["Hi.", "Hello there.", "Good morning to you.", "One more."]
+    out = []
+    for i in range(16):
+        body = {"model": "tts-1", "input": texts[i % 4], "response_format": "pcm", "seed": 100 + i,
+                "num_step": 1 + i % 3, "speed": 1.0 + 0.1 * (i % 2)}
+        if voices[i // 4]:
+            body["voice"] = voices[i // 4]
+        if i % 5 == 0:
+            body["instructions"] = "female, high pitch"
+        out.append(body)
+    return out
+
+
+def _say(server, body: dict) -> tuple[str, bytes]:
+    body = dict(body)
+    r = server.openai().audio.speech.with_raw_response.create(
+        model=body.pop("model"), input=body.pop("input"), voice=body.pop("voice", None),
+        response_format=body.pop("response_format"), speed=body.pop("speed"),
+        **({"instructions": body.pop("instructions")} if "instructions" in body else {}), extra_body=body)
+    return r.headers["x-omnivoice-tokens-sha256"], r.content
+
+
+def test_16_concurrent_requests_each_equal_their_solo_result(server):
+    requests = _requests()
+    solo = [_say(server, body) for body in requests]
+    with ThreadPoolExecutor(16) as pool:
+        together = list(pool.map(lambda body: _say(server, body), requests))
+    assert len({sha for sha, _ in solo}) == 16  # 16 different results ...
+    for i, ((sha, audio), (sha1, audio1)) in enumerate(zip(solo, together)):
+        assert sha1 == sha, f"request {i}: tokens differ when run with 15 others"
+        assert audio1 == audio, f"request {i}: audio differs when run with 15 others"
+
+
+def _wait_for(server, name: str, above: float, timeout: float = 120) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = server.metric(name)
+        if value > above:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"{name} stayed at {above} for {timeout} s:\n{server.log.read_text()[-3000:]}")
+
+
+def _wait_idle(server, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.metric("omnivoice_active_requests") == 0 and server.metric("omnivoice_queue_depth") == 0:
+            return
+        time.sleep(0.1)
+    pytest.fail("the engine did not go idle")
+
+
+def test_a_client_that_leaves_a_stream_cancels_its_work(server):
+    """40 sentences streamed; the client reads the first audio and hangs up: the synthesis stops early."""
+    _wait_idle(server)
+    before = server.metric("omnivoice_cancelled_requests_total")
+    with server.client() as c, c.stream("POST", "/v1/audio/speech", json={
+            "input": LONG, "response_format": "pcm", "stream_format": "audio", "num_step": 2}) as r:
+        assert r.status_code == 200
+        assert next(r.iter_raw())
+    _wait_for(server, "omnivoice_cancelled_requests_total", before)
+    _wait_idle(server)
+
+
+def test_a_client_that_gives_up_on_a_whole_response_cancels_its_work(server):
+    _wait_idle(server)
+    before = server.metric("omnivoice_cancelled_requests_total")
+    with server.client() as c, pytest.raises(httpx.ReadTimeout):
+        c.post("/v1/audio/speech", json={"input": LONG, "response_format": "wav", "num_step": 8}, timeout=1.0)
+    _wait_for(server, "omnivoice_cancelled_requests_total", before)
+    _wait_idle(server)
