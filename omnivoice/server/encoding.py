@@ -13,9 +13,9 @@ A format is usable when the installed libsndfile can write it (MP3 needs libsndf
 `unavailable(fmt)` says why one is not. Streaming (`StreamEncoder`) feeds one libsndfile encoder sentence by
 sentence and hands on the bytes it has written so far. At the end libsndfile rewrites a few header bytes it
 has already handed on: FLAC's STREAMINFO totals, which a stream keeps as first written ("length unknown",
-valid FLAC: decoders read to the end, though libsndfile 1.2 fails on such a stream's last frame), and LAME's first MP3 frame, which a stream leaves out (without its
-Info tag an MP3 stream carries the encoder's delay, about 50 ms of extra silence). A whole response
-(`encode`) carries the rewritten headers.
+valid FLAC: decoders read to the end, though libsndfile 1.2 fails on such a stream's last frame), and LAME's
+first MP3 frame, which a stream leaves out (without its Info tag an MP3 stream carries the encoder's delay,
+about 50 ms of extra silence). A whole response (`encode`) carries the rewritten headers.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import json
 import logging
 import time
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import AsyncIterator
 
 import numpy as np
@@ -221,10 +222,12 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
 
 
 async def _whole(request: Request, job, fmt, sample_rate: int, t0: float) -> Response:
-    async with _cancel_on_disconnect(request, job):
+    async with _cancel_on_disconnect(request, job) as client:
         await asyncio.wait({asyncio.wrap_future(job.future)})
-    if job.future.cancelled() or isinstance(job.future.exception(), Cancelled):
+    if client.gone:
         return Response(status_code=CLIENT_GONE)
+    if job.future.cancelled() or isinstance(job.future.exception(), Cancelled):
+        raise APIError(503, "the synthesis was stopped: the server is shutting down", "shutting_down")
     if isinstance(job.future.exception(), ValueError):
         raise APIError(400, str(job.future.exception()), "invalid_value")
     result = job.future.result()
@@ -252,9 +255,14 @@ async def _pieces(request: Request, job, fmt, sample_rate: int, t0: float) -> As
     chunks = job.chunks()
     samples, first = 0, True
     try:
-        async with _cancel_on_disconnect(request, job):
+        async with _cancel_on_disconnect(request, job) as client:
             while True:
-                audio = await run_in_threadpool(next, chunks, None)
+                try:
+                    audio = await run_in_threadpool(next, chunks, None)
+                except (Cancelled, concurrent.futures.CancelledError):
+                    if client.gone:
+                        return  # nobody is listening
+                    raise
                 if audio is None:
                     break
                 if first:
@@ -286,8 +294,6 @@ async def _sse(pieces, n_input_tokens: int, sample_rate: int) -> AsyncIterator[b
             samples += n
             if data:
                 yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
-    except (Cancelled, concurrent.futures.CancelledError):
-        return
     except Exception as e:  # headers are gone: say it in the stream
         log.error("streamed synthesis failed", exc_info=e)
         kind = "invalid_request_error" if isinstance(e, ValueError) else "server_error"
@@ -304,7 +310,8 @@ def _event(payload: dict) -> bytes:
 
 @asynccontextmanager
 async def _cancel_on_disconnect(request: Request, job):
-    """Cancel `job` when the client disconnects while the block runs."""
+    """Cancel `job` when the client disconnects while the block runs; yields a record whose `gone` says so."""
+    client = SimpleNamespace(gone=False)
 
     async def watch() -> None:
         while True:
@@ -312,13 +319,14 @@ async def _cancel_on_disconnect(request: Request, job):
             if message["type"] == "http.disconnect":
                 if not job.done:
                     log.info("client went away: request cancelled")
+                    client.gone = True
                     _state(request).metrics.watch_cancel(job)
                     job.cancel()
                 return
 
     watcher = asyncio.create_task(watch())
     try:
-        yield
+        yield client
     finally:
         watcher.cancel()
 

@@ -112,7 +112,8 @@ class VoiceLibrary:
 
     def info(self, name: str) -> VoiceInfo:
         voice = self.load(name)
-        return VoiceInfo(name, voice.text, voice.codes.shape[1] / self.frame_rate, int(self._path(name).stat().st_mtime))
+        created = int(self._path(name).stat().st_mtime)
+        return VoiceInfo(name, voice.text, voice.codes.shape[1] / self.frame_rate, created)
 
     def list(self) -> list[VoiceInfo]:
         out = []

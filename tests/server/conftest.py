@@ -120,8 +120,8 @@ def server(tiny_gguf, tmp_path_factory, ref_wav):
     folder = tmp_path_factory.mktemp("server")
     (folder / "voices").mkdir()
     cli = subprocess.Popen([sys.executable, "-m", "omnivoice.tts", "Hi.", "--model", str(tiny_gguf["f32"]),
-                            "--codec", str(tiny_gguf["codec"]), "--backend", BACKEND, "--threads", "1", "--steps", "1", "-q",
-                            "--ref-wav", str(ref_wav), "--ref-text", REF_TEXT,
+                            "--codec", str(tiny_gguf["codec"]), "--backend", BACKEND, "--threads", "1",
+                            "--steps", "1", "-q", "--ref-wav", str(ref_wav), "--ref-text", REF_TEXT,
                             "--save-voice", str(folder / "voices" / "saved.rvq"), "-o", str(folder / "cli.wav")],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     srv = start_server(tiny_gguf, folder, "--max-queue", "64", api_key=API_KEY, wait=False)

@@ -1,5 +1,5 @@
-"""A second server with tight limits and no API key: a full queue answers 503 with Retry-After; bodies over the
-upload limit answer 413; without a key nothing asks for one."""
+"""A second server with tight limits (one request at a time, one waiting) and no API key: a full queue answers
+503 with Retry-After; bodies over the upload limit answer 413; without a key nothing asks for one."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ LONG = " ".join(f"Sentence number {i} is here." for i in range(40))
 
 @pytest.fixture(scope="module")
 def small(tiny_gguf, tmp_path_factory):
-    srv = start_server(tiny_gguf, tmp_path_factory.mktemp("small"), "--max-queue", "1", "--max-upload-mb", "0.2")
+    srv = start_server(tiny_gguf, tmp_path_factory.mktemp("small"), "--max-batch", "1", "--max-queue", "1",
+                       "--max-upload-mb", "0.2")
     yield srv
     assert stop_server(srv) == -signal.SIGTERM  # shut down cleanly, then ended by the signal (shell status 143)
 
