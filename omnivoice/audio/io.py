@@ -13,8 +13,15 @@ Writing is done here rather than by soundfile so that a file and a stream get th
 - ``wav32``: IEEE float32 (format tag 3, 18-byte ``fmt `` chunk with a ``fact`` chunk).
 
 ``write_audio`` picks the format from ``--format`` or the file name (``output_format``): WAV through our
-encoder, FLAC (16-bit), Ogg/Vorbis, Ogg/Opus and MP3 through soundfile's libsndfile, encoded in memory and
-written the same atomic way.
+encoder, FLAC (16-bit: the wav16 samples, losslessly), Ogg/Vorbis, Ogg/Opus and MP3 (constant bit rate, about
+80 kbit/s at 24 kHz) through soundfile's libsndfile, encoded in memory (``encode_audio``) and written the same
+atomic way. ``AudioEncoder`` makes the same files piece by piece, handing on the bytes as they are ready (the
+speech server streams them). At the end libsndfile rewrites header bytes it has already handed on: FLAC's
+STREAMINFO totals, which a stream keeps as first written ("length unknown", valid FLAC: decoders read to the
+end, though libsndfile 1.2 itself fails on such a stream's last frame), and LAME's first MP3 frame (the Info
+tag, zeros until then), which a stream leaves out (the stream then keeps the encoder's delay: about 50 ms more
+at the start). Constant bit rate lets decoders that estimate an MP3's length from its size (libmpg123) read a
+stream without its Info tag to the end; a variable-rate one they would cut short.
 
 ``write_wav`` writes a temporary file in the target directory and renames it over the target, so a
 failure never leaves a partial file. ``WavStreamWriter`` writes to a pipe: its header declares the
@@ -25,7 +32,6 @@ seekable, ``close()`` patches the real sizes in.
 
 from __future__ import annotations
 
-import io
 import os
 import struct
 import tempfile
@@ -42,6 +48,9 @@ __all__ = [
     "check_rate",
     "output_format",
     "write_audio",
+    "encode_audio",
+    "format_unavailable",
+    "AudioEncoder",
     "load_audio",
     "encode_samples",
     "wav_header",
@@ -56,6 +65,8 @@ WAV_FORMATS = {"wav16": (1, 16), "wav24": (1, 24), "wav32": (3, 32)}
 # every output format: name -> (soundfile format, subtype), None for our own WAV encoder
 OUTPUT_FORMATS = {**{name: None for name in WAV_FORMATS}, "flac": ("FLAC", "PCM_16"), "ogg": ("OGG", "VORBIS"),
                   "opus": ("OGG", "OPUS"), "mp3": ("MP3", "MPEG_LAYER_III")}
+# soundfile options by format (see the module docstring for why MP3 is written at a constant bit rate)
+_SOUNDFILE_OPTIONS = {"mp3": {"bitrate_mode": "CONSTANT", "compression_level": 0.5}}
 # file name extension -> the format it implies (.wav: wav16 unless a WAV format is asked for)
 _EXTENSIONS = {".wav": "wav16", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg", ".opus": "opus", ".mp3": "mp3"}
 
@@ -272,13 +283,129 @@ def write_audio(path: Union[str, "os.PathLike[str]"], audio: np.ndarray, sample_
         raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
     if OUTPUT_FORMATS[fmt] is None:
         return write_wav(path, audio, sample_rate, fmt)
-    a = as_mono(audio)
-    if not np.all(np.isfinite(a)):
-        raise ValueError("audio contains NaN or infinite samples; refusing to write them")
+    atomic_write_bytes(path, encode_audio(audio, sample_rate, fmt), what=f"the {fmt} output")
+
+
+def format_unavailable(fmt: str) -> str | None:
+    """Why ``fmt`` cannot be written with the installed libsndfile (a sentence naming it), or None if it can."""
+    if fmt not in OUTPUT_FORMATS:
+        return f"unknown output format {fmt!r}; expected one of {', '.join(OUTPUT_FORMATS)}"
+    if OUTPUT_FORMATS[fmt] is None:
+        return None
     container, subtype = OUTPUT_FORMATS[fmt]
-    buf = io.BytesIO()
-    sf.write(buf, a, check_rate(sample_rate), format=container, subtype=subtype)
-    atomic_write_bytes(path, buf.getvalue(), what=f"the {fmt} output")
+    if container not in sf.available_formats() or subtype not in sf.available_subtypes(container):
+        return f"libsndfile {sf.__libsndfile_version__} here cannot write {fmt} ({container}/{subtype})"
+    return None
+
+
+def encode_audio(audio: np.ndarray, sample_rate: int, fmt: str = "wav16") -> bytes:
+    """The whole ``fmt`` file of mono ``audio``, in memory (the bytes write_audio writes)."""
+    enc = AudioEncoder(fmt, sample_rate)
+    enc.write(audio)
+    enc.finish()
+    return enc.whole()
+
+
+class _Sink:
+    """A seekable write-only file for libsndfile that remembers how much of it was handed on already."""
+
+    def __init__(self) -> None:
+        self.buf, self.pos, self.sent = bytearray(), 0, 0
+
+    def write(self, data) -> int:
+        data = bytes(data)
+        end = self.pos + len(data)
+        if end > len(self.buf):
+            self.buf.extend(bytes(end - len(self.buf)))
+        self.buf[self.pos:end] = data
+        self.pos = end
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else len(self.buf) + offset
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:  # libsndfile's virtual I/O wants one; nothing is read back
+        return b""
+
+    def take(self) -> bytes:
+        """The bytes written past what was handed on before."""
+        out = bytes(self.buf[self.sent:])
+        self.sent = len(self.buf)
+        return out
+
+
+class AudioEncoder:
+    """One ``fmt`` file (OUTPUT_FORMATS) of mono audio made piece by piece in memory: ``write(audio)`` returns
+    the bytes ready to hand on (maybe none yet), ``finish()`` the last ones; together they are a stream that
+    decodes to every sample written (see the module docstring for the two header fields a stream cannot
+    know). ``whole()``, after finish, is the complete file with those headers filled in. A WAV stream's header
+    declares "unknown length", as WavStreamWriter's does.
+    """
+
+    def __init__(self, fmt: str, sample_rate: int) -> None:
+        why = format_unavailable(fmt)
+        if why:
+            raise ValueError(why)
+        self.fmt, self.sample_rate = fmt, check_rate(sample_rate)
+        self._samples = 0
+        self._started = False
+        self._sink = self._file = None
+        if OUTPUT_FORMATS[fmt] is not None:
+            container, subtype = OUTPUT_FORMATS[fmt]
+            self._sink = _Sink()
+            self._file = sf.SoundFile(self._sink, "w", self.sample_rate, 1, subtype, format=container,
+                                      **_SOUNDFILE_OPTIONS.get(fmt, {}))
+        else:
+            self._data = []
+
+    def write(self, audio: np.ndarray) -> bytes:
+        a = as_mono(audio)
+        if not np.all(np.isfinite(a)):
+            raise ValueError("audio contains NaN or infinite samples; refusing to write them")
+        self._samples += len(a)
+        if self._file is None:
+            data = encode_samples(a, self.fmt)
+            self._data.append(data)
+            head = b"" if self._started else wav_header(self.sample_rate, self.fmt, None)
+            self._started = True
+            return head + data
+        if OUTPUT_FORMATS[self.fmt][1] == "PCM_16":  # FLAC: the very samples of wav16, losslessly
+            a = np.frombuffer(encode_samples(a, "wav16"), "<i2")
+        self._file.write(a)
+        return self._handed_on()
+
+    def finish(self) -> bytes:
+        if self._file is None:
+            head = b"" if self._started else wav_header(self.sample_rate, self.fmt, None)
+            self._started = True
+            return head
+        if not self._file.closed:
+            self._file.close()
+        return self._handed_on()
+
+    def whole(self) -> bytes:
+        """After finish(): the complete file, its headers holding the real totals."""
+        if self._file is None:
+            data = b"".join(self._data)
+            return wav_header(self.sample_rate, self.fmt, self._samples) + data + (b"\0" if len(data) & 1 else b"")
+        if not self._file.closed:
+            raise ValueError("whole() is only known after finish()")
+        return bytes(self._sink.buf)
+
+    def _handed_on(self) -> bytes:
+        data = self._sink.take()
+        if self.fmt == "mp3" and not self._started and len(data) >= 4:
+            self._started = True
+            # LAME's first frame is zeros that become the Info tag only at the end: a stream leaves it out,
+            # rather than hand decoders a frame they read as broken (libmpg123 reports one).
+            nxt = data.find(b"\xff", 4)  # the next frame's sync word: the placeholder in between is all zeros
+            if nxt > 4 and not any(data[4:nxt]) and data[nxt + 1:nxt + 2] >= b"\xe0":
+                return data[nxt:]
+        return data
 
 
 class WavStreamWriter:

@@ -4,7 +4,7 @@
     routes.py       the endpoints: speech (whole, streamed, SSE), cloning, the voice library, models, health
     schema.py       the speech request and its mapping onto the engine's SynthesisRequest
     voices.py       the voices folder (VoicePrompt files) and OpenAI's built-in voice names
-    encoding.py     response audio: mp3, opus, vorbis, flac, wav, pcm through soundfile
+    encoding.py     response audio: OpenAI's formats onto omnivoice.audio.io's encoders
     metrics.py      Prometheus counters
     errors.py       OpenAI's error JSON for every failure
     engine_adapter.py   the only module that touches the model (stand-in for the batched engine)

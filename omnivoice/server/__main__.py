@@ -11,12 +11,12 @@ import os
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+from ..cli import EXIT_STATUS_HELP, run
 
-EPILOG = """\
-The model loads in the background: GET /health answers 503 until it is ready.
-exit status: 0 stopped, 2 bad arguments or a model that cannot be loaded, 1 internal failure,
-130 SIGINT, 143 SIGTERM.
+EPILOG = f"""\
+The model loads in the background: GET /health answers 503 until it is ready; a model that cannot be loaded
+stops the server with status 2 (bad input) or 1. SIGINT and SIGTERM shut it down gracefully.
+{EXIT_STATUS_HELP}
 
 examples:
   python -m omnivoice.server --model ./OmniVoice --voices ./voices
@@ -76,23 +76,16 @@ def config_from_args(args):
                         max_upload_bytes=int(args.max_upload_mb * 2**20), max_input_chars=args.max_input_chars)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+def serve(args) -> int:
+    """Run the server until it is stopped; raises the load failure when the model cannot be loaded."""
     try:
         import uvicorn
 
         from .app import create_app
     except ImportError as e:
-        print(f"error: the server needs its extra: pip install 'omnivoice-ggml[server]' ({e})", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        config = config_from_args(args)
-        config.voices.mkdir(parents=True, exist_ok=True)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-
+        raise ValueError(f"the server needs its extra: pip install 'omnivoice-ggml[server]' ({e})") from None
+    config = config_from_args(args)
+    config.voices.mkdir(parents=True, exist_ok=True)
     failure: list[BaseException] = []
 
     def load_failed(exc: BaseException) -> None:
@@ -101,14 +94,20 @@ def main(argv: list[str] | None = None) -> int:
 
     app = create_app(config, on_load_error=load_failed)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                   timeout_graceful_shutdown=10))
+                                           timeout_graceful_shutdown=10))
+    # uvicorn handles SIGINT / SIGTERM itself (a graceful shutdown), then raises the signal again for cli.run
     server.run()
     if failure:
-        print(f"error: the model could not be loaded: {failure[0]}", file=sys.stderr)
-        return EXIT_BAD_INPUT if isinstance(failure[0], (ValueError, OSError)) else EXIT_INTERNAL
+        raise failure[0]
     if not server.started:
-        return EXIT_INTERNAL  # uvicorn said why (e.g. the port is taken)
-    return EXIT_OK  # after SIGINT / SIGTERM uvicorn shuts down, then re-raises the signal: status 130 / 143
+        raise OSError(f"the server did not start on {args.host}:{args.port} (see the log above)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    return run(lambda: serve(args))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from typing import Iterator, Optional, Union
 
 import numpy as np
 
-from ..pipeline import SynthesisResult, VoicePrompt
+from ..codec.voice import VoicePrompt
+from ..pipeline import SynthesisResult
 
 __all__ = ["SynthesisRequest", "EngineFull", "Job", "SpeechBackend", "load_backend"]
 

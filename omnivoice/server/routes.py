@@ -210,7 +210,7 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
         raise APIError(503, str(e), "queue_full", headers={"Retry-After": str(int(np.ceil(e.retry_after)))})
     except ValueError as e:
         raise APIError(400, str(e), "invalid_value") from None
-    fmt = encoding.FORMATS[body.response_format]
+    fmt = body.response_format
     if body.stream_format is None:
         return await _whole(request, job, fmt, backend.sample_rate, t0)
     pieces = _pieces(request, job, fmt, backend.sample_rate, t0)
@@ -218,10 +218,10 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
         n_input = backend.count_tokens(body.input)
         return StreamingResponse(_sse(pieces, n_input, backend.sample_rate), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
-    return StreamingResponse(_bytes_only(pieces), media_type=fmt.media_type)
+    return StreamingResponse(_bytes_only(pieces), media_type=encoding.MEDIA_TYPES[fmt])
 
 
-async def _whole(request: Request, job, fmt, sample_rate: int, t0: float) -> Response:
+async def _whole(request: Request, job, fmt: str, sample_rate: int, t0: float) -> Response:
     async with _cancel_on_disconnect(request, job) as client:
         await asyncio.wait({asyncio.wrap_future(job.future)})
     if client.gone:
@@ -233,11 +233,11 @@ async def _whole(request: Request, job, fmt, sample_rate: int, t0: float) -> Res
     result = job.future.result()
     wall = time.perf_counter() - t0
     _state(request).metrics.produced(result.duration, wall)
-    blob = await run_in_threadpool(encoding.encode, result.audio, sample_rate, fmt.name)
+    blob = await run_in_threadpool(encoding.encode, result.audio, sample_rate, fmt)
     headers = {"X-OmniVoice-Audio-Seconds": f"{result.duration:.3f}"}
     if result.tokens:
         headers["X-OmniVoice-Tokens-SHA256"] = tokens_sha256(result.tokens)
-    return Response(blob, media_type=fmt.media_type, headers=headers)
+    return Response(blob, media_type=encoding.MEDIA_TYPES[fmt], headers=headers)
 
 
 def tokens_sha256(tokens: list) -> str:
@@ -248,10 +248,10 @@ def tokens_sha256(tokens: list) -> str:
     return h.hexdigest()
 
 
-async def _pieces(request: Request, job, fmt, sample_rate: int, t0: float) -> AsyncIterator[tuple[bytes, int]]:
+async def _pieces(request: Request, job, fmt: str, sample_rate: int, t0: float) -> AsyncIterator[tuple[bytes, int]]:
     """(encoded bytes, samples) as each sentence finishes; the job is cancelled when the stream ends early."""
     metrics = _state(request).metrics
-    encoder = encoding.StreamEncoder(fmt.name, sample_rate)
+    encoder = encoding.encoder(fmt, sample_rate)
     chunks = job.chunks()
     samples, first = 0, True
     try:

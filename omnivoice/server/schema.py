@@ -3,7 +3,7 @@ the engine's SynthesisRequest.
 
 OpenAI's fields: model (any name; this server has one model), input, voice (a library voice, {"id": name}, or
 a built-in name), instructions (voice design attributes, e.g. "female, low pitch, british accent"),
-response_format (mp3 | opus | aac | flac | wav | pcm, default mp3; `vorbis` is an extension), speed (0.25 to
+response_format (mp3 | opus | aac | flac | wav | pcm, default mp3; `ogg`, Ogg/Vorbis, is an extension), speed (0.25 to
 4.0), stream_format (audio | sse; absent: one whole response).
 Extensions: language, seed, num_step, duration, guidance_scale.
 Unknown fields are refused (400 naming the field), as OpenAI's API does.

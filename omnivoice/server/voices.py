@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..pipeline import VoicePrompt, transcript_path
+from ..codec.voice import VoicePrompt, transcript_path
 
 __all__ = ["BUILTIN_VOICES", "NAME_PATTERN", "VoiceNameError", "VoiceNotFound", "VoiceExists", "VoiceInfo",
            "VoiceLibrary", "check_name", "resolve_voice"]

@@ -11,10 +11,10 @@ import pytest
 from omnivoice.server.routes import tokens_sha256
 from omnivoice.server.voices import BUILTIN_VOICES
 
-from .audio_decode import CONTAINER, RATE, container, decode, decode_flac_stream
+from tests.audio_decode import CONTAINER, RATE, container, decode, decode_flac_stream
 
 FAST = {"num_step": 2}
-FORMATS = ["mp3", "opus", "vorbis", "flac", "wav", "pcm"]
+FORMATS = ["mp3", "opus", "ogg", "flac", "wav", "pcm"]
 THREE = "The first one. A second sentence here! And the third?"
 TWO = "Hi there. Bye now."
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnivoice.pipeline import VoicePrompt
+from omnivoice.codec.voice import VoicePrompt
 from omnivoice.server.routes import tokens_sha256
 
 from .conftest import REF_TEXT

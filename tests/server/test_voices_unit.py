@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnivoice.pipeline import VoicePrompt
+from omnivoice.codec.voice import VoicePrompt
 from omnivoice.server.voices import (BUILTIN_VOICES, VoiceExists, VoiceLibrary, VoiceNameError, VoiceNotFound,
                                      check_name, resolve_voice)
 from omnivoice.server.schema import VoiceId

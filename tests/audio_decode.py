@@ -1,4 +1,5 @@
-"""Decoding what the server sends, with soundfile (libsndfile) as the independent decoder."""
+"""Decoding encoded audio (files, streams, server responses) with soundfile (libsndfile) as the independent
+decoder."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def decode_flac_stream(data: bytes, n_samples: int) -> np.ndarray:
     return decode(data[:field] + patched + data[field + 8:], "flac")
 
 
-CONTAINER = {"mp3": "MP3", "opus": "OGG", "vorbis": "OGG", "flac": "FLAC", "wav": "WAV"}
+CONTAINER = {"mp3": "MP3", "opus": "OGG", "ogg": "OGG", "flac": "FLAC", "wav": "WAV", "wav16": "WAV", "wav24": "WAV",
+             "wav32": "WAV"}
 
 
 def container(data: bytes) -> str:
