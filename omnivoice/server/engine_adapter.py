@@ -138,8 +138,8 @@ class Job:
 class _SerialEngine:
     """One worker thread running jobs one after another, in arrival order."""
 
-    def __init__(self, ov, lock: threading.Lock, max_queue: int) -> None:
-        self.ov, self.lock, self.max_queue = ov, lock, max_queue
+    def __init__(self, ov, max_queue: int) -> None:
+        self.ov, self.max_queue = ov, max_queue
         self._queue: collections.deque[Job] = collections.deque()
         self._cv = threading.Condition()
         self._running: Optional[Job] = None
@@ -185,8 +185,7 @@ class _SerialEngine:
                 self._running = job
             t0 = time.perf_counter()
             try:
-                with self.lock:
-                    job.future.set_result(self._run(job))
+                job.future.set_result(self._run(job))
             except BaseException as e:  # the job's failure is the caller's to see, not the worker's end
                 job.future.set_exception(e)
             finally:
@@ -229,17 +228,16 @@ class SpeechBackend:
         self.sample_rate = int(ov.sample_rate)
         self.model_name = ov.model_path.name
         self.device = f"{ov.runtime.device.spec} ({ov.runtime.device.description})"
-        self._lock = threading.Lock()  # the model runs one thing at a time: a job or a voice encoding
-        self.engine = _SerialEngine(ov, self._lock, max_queue)
+        self.engine = _SerialEngine(ov, max_queue)
 
     def submit(self, request: SynthesisRequest, stream: bool = False) -> Job:
         """Queue a request; ValueError for a bad one at once, EngineFull when the queue is full."""
         return self.engine.submit(request, stream)
 
     def create_voice(self, samples: np.ndarray, sample_rate: int, transcript: str) -> VoicePrompt:
-        """Encode a reference clip and its transcript into a voice prompt (blocking)."""
-        with self._lock:
-            return self.ov.create_voice((samples, sample_rate), transcript)
+        """Encode a reference clip and its transcript into a voice prompt (blocking; OmniVoice's lock puts it
+        between two syntheses)."""
+        return self.ov.create_voice((samples, sample_rate), transcript)
 
     def count_tokens(self, text: str) -> int:
         return len(self.ov.tokenizer.encode(text))
