@@ -226,6 +226,7 @@ class SpeechBackend:
                  max_queue: int = 64) -> None:
         self.ov = ov
         self.sample_rate = int(ov.sample_rate)
+        self.frame_rate = float(ov.pipeline.frame_rate)  # codec frames (audio tokens) per second
         self.model_name = ov.model_path.name
         self.device = f"{ov.runtime.device.spec} ({ov.runtime.device.description})"
         self.engine = _SerialEngine(ov, max_queue)

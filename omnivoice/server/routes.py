@@ -50,7 +50,6 @@ from .voices import BUILTIN_VOICES, VoiceExists, VoiceNameError, VoiceNotFound, 
 log = logging.getLogger("omnivoice.server")
 router = APIRouter()
 
-FRAME_RATE = 25  # codec frames per second of audio: the "output tokens" of usage
 CLIENT_GONE = 499  # nginx's "client closed request": counted in the metrics, never seen by the client
 
 
@@ -174,7 +173,7 @@ async def speech(request: Request):
         raise APIError(400, f"the request body must be a JSON object, not {type(obj).__name__}", "invalid_json")
     body = _validated(obj)
     with _voice_errors():
-        voice, design = resolve_voice(state.library, body.voice)
+        voice, design = await run_in_threadpool(resolve_voice, state.library, body.voice)
     return await _speak(request, body, synthesis_request(body, voice, design))
 
 
@@ -216,7 +215,8 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
     pieces = _pieces(request, job, fmt, backend.sample_rate, t0)
     if body.stream_format == "sse":
         n_input = backend.count_tokens(body.input)
-        return StreamingResponse(_sse(pieces, n_input, backend.sample_rate), media_type="text/event-stream",
+        frames_per_sample = backend.frame_rate / backend.sample_rate
+        return StreamingResponse(_sse(pieces, n_input, frames_per_sample), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
     return StreamingResponse(_bytes_only(pieces), media_type=encoding.MEDIA_TYPES[fmt])
 
@@ -286,8 +286,9 @@ async def _bytes_only(pieces) -> AsyncIterator[bytes]:
             yield data
 
 
-async def _sse(pieces, n_input_tokens: int, sample_rate: int) -> AsyncIterator[bytes]:
-    """speech.audio.delta events (base64 audio), then speech.audio.done with usage; an error event on failure."""
+async def _sse(pieces, n_input_tokens: int, frames_per_sample: float) -> AsyncIterator[bytes]:
+    """speech.audio.delta events (base64 audio), then speech.audio.done with usage (output tokens: the codec's
+    frames); an error event on failure."""
     samples = 0
     try:
         async for data, n in pieces:
@@ -299,7 +300,7 @@ async def _sse(pieces, n_input_tokens: int, sample_rate: int) -> AsyncIterator[b
         kind = "invalid_request_error" if isinstance(e, ValueError) else "server_error"
         yield _event({"type": "error", "error": {"message": str(e), "type": kind, "param": None, "code": None}})
         return
-    frames = round(samples * FRAME_RATE / sample_rate)  # audio tokens: the codec's frames
+    frames = round(samples * frames_per_sample)
     yield _event({"type": "speech.audio.done", "usage": {
         "input_tokens": n_input_tokens, "output_tokens": frames, "total_tokens": n_input_tokens + frames}})
 
