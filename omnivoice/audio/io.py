@@ -353,6 +353,7 @@ class AudioEncoder:
         self.fmt, self.sample_rate = fmt, check_rate(sample_rate)
         self._samples = 0
         self._started = False
+        self._held = b""  # MP3: the start of the stream until the Info placeholder's end is seen
         self._sink = self._file = None
         if OUTPUT_FORMATS[fmt] is not None:
             container, subtype = OUTPUT_FORMATS[fmt]
@@ -398,13 +399,18 @@ class AudioEncoder:
 
     def _handed_on(self) -> bytes:
         data = self._sink.take()
-        if self.fmt == "mp3" and not self._started and len(data) >= 4:
-            self._started = True
-            # LAME's first frame is zeros that become the Info tag only at the end: a stream leaves it out,
-            # rather than hand decoders a frame they read as broken (libmpg123 reports one).
-            nxt = data.find(b"\xff", 4)  # the next frame's sync word: the placeholder in between is all zeros
-            if nxt > 4 and not any(data[4:nxt]) and data[nxt + 1:nxt + 2] >= b"\xe0":
-                return data[nxt:]
+        if self.fmt != "mp3" or self._started:
+            return data
+        # LAME's first frame is zeros that become the Info tag only at the end: a stream leaves it out, rather
+        # than hand decoders a frame they read as broken (libmpg123 reports one). It is held back until the
+        # next frame's sync word shows where it ends.
+        self._held = data = self._held + data
+        nxt = data.find(b"\xff", 4)
+        if nxt < 0 and not any(data[4:]):
+            return b""  # only the placeholder so far
+        self._started = True
+        if nxt > 4 and not any(data[4:nxt]) and data[nxt + 1:nxt + 2] >= b"\xe0":
+            return data[nxt:]
         return data
 
 

@@ -56,6 +56,14 @@ def test_stream_decodes_to_its_samples(fmt, audio):
     _check_samples(fmt, whole, audio)
 
 
+@pytest.mark.parametrize("first", [1, 100, 3000])
+def test_mp3_stream_leaves_out_the_info_placeholder_however_small_the_first_piece(audio, first):
+    enc = AudioEncoder("mp3", RATE)
+    data = enc.write(audio[:first]) + enc.write(audio[first:]) + enc.finish()
+    assert data[:2] == b"\xff\xf3" and any(data[4:40])  # starts with an audio frame, not the zero placeholder
+    assert len(audio) <= len(decode(data, "mp3")) <= len(audio) + 1105 + 576
+
+
 def test_bad_audio_and_formats_are_refused():
     with pytest.raises(ValueError, match="NaN"):
         AudioEncoder("mp3", RATE).write(np.array([0.0, np.inf], np.float32))
