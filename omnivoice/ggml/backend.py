@@ -192,6 +192,49 @@ class Runtime:
             cache[(head_dim, kv_type)] = probe_flash_attn(self, head_dim, kv_type)
         return cache[(head_dim, kv_type)]
 
+    @property
+    def repack_buffer_type(self):
+        """The CPU backend's "CPU_REPACK" buffer type, or None (GPU runtimes, CPUs and builds without one).
+
+        Matrices stored in it are rearranged once, at upload, into the interleaved layout of ggml's faster
+        product kernels (on x86 with AVX2: Q4_0, Q4_K, IQ4_NL and MXFP4; Q2_K with AVX-512; Q8_0, Q5_K and
+        Q6_K only on Arm). Such tensors live in anonymous memory and cannot be read back."""
+        if "_repack_buft" not in self.__dict__:
+            self._repack_buft = None
+            if self.device.kind == "cpu":
+                reg = lib.ggml_backend_dev_backend_reg(self._dev)
+                fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
+                bufts = ffi.cast("ggml_backend_dev_get_extra_bufts_t", fn)(self._dev) if fn != ffi.NULL else ffi.NULL
+                i = 0
+                while bufts != ffi.NULL and bufts[i] != ffi.NULL:
+                    if ffi.string(lib.ggml_backend_buft_name(bufts[i])) == b"CPU_REPACK":
+                        self._repack_buft = bufts[i]
+                    i += 1
+        return self._repack_buft
+
+    def repacks(self, ggml_type: int, ne: list[int]) -> bool:
+        """Whether a weight matrix of this type and shape (ggml order) gets a repacked product kernel here:
+        the CPU device is asked about a product with the weight labelled as living in the repack buffer."""
+        buft = self.repack_buffer_type
+        if buft is None or len(ne) != 2:
+            return False
+        key = (int(ggml_type), int(ne[0]), int(ne[1]))
+        cache = self.__dict__.setdefault("_repacks", {})
+        if key not in cache:
+            params = ffi.new("struct ggml_init_params *", {"mem_size": 3 * lib.ggml_tensor_overhead(),
+                                                           "mem_buffer": ffi.NULL, "no_alloc": True})
+            ctx = lib.ggml_init(params[0])
+            label = lib.ggml_backend_buft_alloc_buffer(buft, 0)  # zero-sized: only says where w would live
+            try:
+                w = lib.ggml_new_tensor_2d(ctx, ggml_type, key[1], key[2])
+                w.buffer = label
+                x = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, key[1], 1)
+                cache[key] = bool(lib.ggml_backend_dev_supports_op(self._dev, lib.ggml_mul_mat(ctx, w, x)))
+            finally:
+                lib.ggml_backend_buffer_free(label)
+                lib.ggml_free(ctx)
+        return cache[key]
+
     def close(self) -> None:
         for b in reversed(self._backends):
             lib.ggml_backend_free(b)

@@ -103,7 +103,9 @@ def load_weights(runtime: Runtime, f: GGUFFile, cfg: LMConfig, stack: bool = Fal
             class_bias=store.add_array(N.LM_CLASS_BIAS, _class_bias(cfg)))
         if in_place is None:
             in_place = not runtime.is_gpu
-        store.upload(in_place=in_place, release=f.release)
+        # the embedding tables are read by row, which the CPU's repacked layout does not allow
+        store.upload(in_place=in_place, release=f.release,
+                     repack=lambda name: name not in (N.LM_TOKEN_EMBD, N.LM_AUDIO_EMBD))
     except BaseException:
         store.close()
         raise
