@@ -7,7 +7,8 @@ auto5 is a 5 s auto-voice chunk (22 prompt tokens + 125 target frames, packed wi
 row: 272 positions); clone5 adds a 2.3 s voice prompt (49 text tokens, 47 reference frames: 346 positions);
 auto20 is a 20 s chunk (1040 positions). Prints the median of --repeats steps after two warm-up steps (a
 backend that captures the graph, like CUDA's graphs, does so on the second run), split into the host's work
-before the run (the packed input ids), the graph run (input copy, compute, synchronisation) and the read-back.
+before the run (the packed input ids), the graph run (input copy, compute, synchronisation) and the read-back,
+and the process's CPU time per step (with --threads 1 a measure that other work on the machine barely moves).
 
 --variant picks another composition of the same graph (models.lm.Variant: qk_rope, kv_rows, one_attention,
 typed_inputs, comma-separated; tests/models/test_lm_variants.py checks each against the default graph).
@@ -42,16 +43,18 @@ def prompt(n_text: int, n_ref: int, n_target: int, seed: int = 0):
     return LMInput(ids.astype(np.int32), mask, n_target)
 
 
-def timed_step(session, tokens) -> tuple[float, float, float]:
-    """(prepare, run, read) seconds of one step: ChunkSession.step's own parts, timed one by one."""
-    t0 = time.perf_counter()
+def timed_step(session, tokens) -> tuple[float, float, float, float]:
+    """(prepare, run, read) seconds of one step: ChunkSession.step's own parts, timed one by one; and the CPU
+    seconds of the process over the whole step (all threads: with one thread, what the step costs even when
+    other work shares the cores; with several, ggml's spinning threads count too)."""
+    c0, t0 = time.process_time(), time.perf_counter()
     ids = session._audio_ids([tokens])
     t1 = time.perf_counter()
     g = session.graph
     g.compute(outputs=[], audio_ids=ids)
     t2 = time.perf_counter()
     session._results(g.read_outputs())
-    return t1 - t0, t2 - t1, time.perf_counter() - t2
+    return t1 - t0, t2 - t1, time.perf_counter() - t2, time.process_time() - c0
 
 
 def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
@@ -134,17 +137,17 @@ def main() -> int:
                     for _ in range(2):
                         s.step([tokens])
                     parts = np.array([timed_step(s, tokens) for _ in range(args.repeats)])
-                    prep, run, read = 1000 * np.median(parts, axis=0)
-                    total = 1000 * np.median(parts.sum(axis=1))
+                    prep, run, read, cpu = 1000 * np.median(parts, axis=0)
+                    total = 1000 * np.median(parts[:, :3].sum(axis=1))
                     print(f"{q:5s} {shape:7s} L={s.L:5d} {total:8.2f} ms/step (prepare {prep:.2f}, run {run:.2f}, "
-                          f"read {read:.2f}; flash {'on' if lm.flash_attn else 'off'}, stacked {stacked}, "
+                          f"read {read:.2f}; CPU {cpu:.0f} ms; flash {'on' if lm.flash_attn else 'off'}, stacked {stacked}, "
                           f"variant {args.variant or 'none'}, {s.graph.n_nodes} nodes)", flush=True)
                     prof = kernel_profile(s, tokens, args.profile) if args.profile else None
                 if args.json:
                     with args.json.open("a") as f:
                         f.write(json.dumps({"label": args.label, "backend": args.backend, "weights": q,
                                             "shape": shape, "L": s.L, "ms_per_step": total, "prepare_ms": prep,
-                                            "run_ms": run, "read_ms": read, "flash": lm.flash_attn, "stacked": stacked,
+                                            "run_ms": run, "read_ms": read, "cpu_ms": cpu, "threads": rt.n_threads, "flash": lm.flash_attn, "stacked": stacked,
                                             "variant": args.variant, "exact_f32": rt.exact_f32,
                                             "ggml": ggml_version(), "profile": prof}) + "\n")
             lm.close()

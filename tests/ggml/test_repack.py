@@ -1,5 +1,6 @@
 """Quantized matrices in the CPU backend's repack buffer (Runtime.repacks, WeightStore): the same products
-through ggml's interleaved kernels, whether the matrix comes from numpy or from a memory-mapped GGUF file."""
+through ggml's interleaved kernels, whether the matrix comes from numpy or from a memory-mapped GGUF file, and
+only for the matrices the caller names (a table read by row must keep the plain layout)."""
 
 from __future__ import annotations
 
@@ -76,3 +77,18 @@ def test_mapped_file_repacks_its_matrices_only(runtime, rng, q4_0, tmp_path):
     assert np.abs(y - y_plain).max() / np.abs(y_plain).max() < 1e-5
 
 
+
+
+def test_tables_read_by_row_keep_their_layout(runtime, rng, q4_0):
+    w, _ = q4_0
+    ids = np.array([3, 0, 63, 3], np.int32)
+    with WeightStore.from_arrays(runtime, {"emb": ("q4_0", w), "w": ("q4_0", w)},
+                                 repack=lambda name: name != "emb") as store:
+        assert buffer_name(store["emb"]) != "CPU_REPACK" and buffer_name(store["w"]) == "CPU_REPACK"
+        with Graph(runtime) as g:
+            t = g.input("ids", np.int32, ids.shape)
+            g.output("rows", lib.ggml_get_rows(g.ctx, store["emb"], t))
+            rows = g.compute(ids=ids)["rows"]
+    wq = gguf.quants.dequantize(gguf.quants.quantize(w, gguf.GGMLQuantizationType.Q4_0),
+                                gguf.GGMLQuantizationType.Q4_0)
+    np.testing.assert_array_equal(rows, wq[ids])
