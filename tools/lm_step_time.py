@@ -147,7 +147,8 @@ def main() -> int:
                     with args.json.open("a") as f:
                         f.write(json.dumps({"label": args.label, "backend": args.backend, "weights": q,
                                             "shape": shape, "L": s.L, "ms_per_step": total, "prepare_ms": prep,
-                                            "run_ms": run, "read_ms": read, "cpu_ms": cpu, "threads": rt.n_threads, "flash": lm.flash_attn, "stacked": stacked,
+                                            "run_ms": run, "read_ms": read, "cpu_ms": cpu, "threads": rt.n_threads,
+                                            "flash": lm.flash_attn, "stacked": stacked,
                                             "variant": args.variant, "exact_f32": rt.exact_f32,
                                             "ggml": ggml_version(), "profile": prof}) + "\n")
             lm.close()

@@ -204,7 +204,8 @@ class Runtime:
             if self.device.kind == "cpu":
                 reg = lib.ggml_backend_dev_backend_reg(self._dev)
                 fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
-                bufts = ffi.cast("ggml_backend_dev_get_extra_bufts_t", fn)(self._dev) if fn != ffi.NULL else ffi.NULL
+                get = ffi.cast("ggml_backend_dev_get_extra_bufts_t", fn) if fn != ffi.NULL else None
+                bufts = get(self._dev) if get is not None else ffi.NULL
                 i = 0
                 while bufts != ffi.NULL and bufts[i] != ffi.NULL:
                     if ffi.string(lib.ggml_backend_buft_name(bufts[i])) == b"CPU_REPACK":

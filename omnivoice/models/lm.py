@@ -150,7 +150,8 @@ def qkv_projections(ctx, layer: LMLayer, cfg: LMConfig, cur, product=lib.ggml_mu
     if layer.qkv is not None:
         qkv = product(ctx, layer.qkv, cur)                                                   # [(H + 2 Hkv) D, L]
         return heads(ctx, qkv, cfg, H), heads(ctx, qkv, cfg, Hkv, H), heads(ctx, qkv, cfg, Hkv, H + Hkv)
-    return tuple(heads(ctx, product(ctx, w, cur), cfg, n) for w, n in ((layer.q, H), (layer.k, Hkv), (layer.v, Hkv)))
+    return tuple(heads(ctx, product(ctx, w, cur), cfg, n)
+                 for w, n in ((layer.q, H), (layer.k, Hkv), (layer.v, Hkv)))
 
 
 def positions(ctx, x, start: int, n: int):

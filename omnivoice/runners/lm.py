@@ -152,7 +152,8 @@ class ChunkSession:
         # same reason; the F32 step at L = 337 took 1989 ms instead of 1231).
         t_audio = g.input("audio_ids", np.int32, (C * L,))
         h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["text_mask"],
-                                   c["pos"], spans, flash_kv, model.clamp_fp16, model.variant, inputs)  # [n_embd, L]
+                                   c["pos"], spans, flash_kv, model.clamp_fp16, model.variant,
+                                   inputs)                                                        # [n_embd, L]
 
         for i, ((c0, u0), p) in enumerate(zip(starts, self.prompts)):
             Lc, T = p.input_ids.shape[1], p.n_target
