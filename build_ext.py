@@ -15,7 +15,13 @@ The cffi declarations are generated from the very headers that were compiled (pr
 GGML_MAX_NAME), so the bindings cannot drift from the library. They are build outputs, never committed.
 
 This file is also the PEP 517 build backend (pyproject.toml points here through backend-path): it re-exports
-setuptools' hooks and adds a build_py step that runs the three steps above.
+setuptools' hooks; its build_wheel and build_editable run the three steps above first (a failure fails the
+install), and its build_py puts the libraries into the wheel.
+
+Each configuration (pinned source, generator, CMAKE_ARGS) builds in a folder of its own, build/cmake-<hash>, so
+switching backends never reuses a cache made with other settings, and a successful build replaces
+omnivoice/ggml/_lib as a whole (its build.json says what it was built from). A build that asked for a GPU
+backend and made no library for it fails.
 """
 
 from __future__ import annotations
@@ -138,30 +144,98 @@ def fetch() -> Path:
 
 # ----------------------------------------------------------------------------------------------------- build
 
+# Backend switches whose library must exist after a build that asked for them (a configuration that silently
+# dropped one, or a stale library folder, must not pass for a GPU build).
+BACKEND_LIBS = {"GGML_CUDA": "ggml-cuda", "GGML_VULKAN": "ggml-vulkan", "GGML_METAL": "ggml-metal",
+                "GGML_HIP": "ggml-hip", "GGML_SYCL": "ggml-sycl", "GGML_BLAS": "ggml-blas",
+                "GGML_OPENCL": "ggml-opencl"}
+_TRUE = {"1", "on", "yes", "true", "y"}
+
+
+def cmake_args_from_env() -> list[str]:
+    """CMAKE_ARGS split as a shell would, with CMAKE_BUILD_TYPE defaulting to Release."""
+    args = shlex.split(os.environ.get("CMAKE_ARGS", ""))
+    if not any(a.startswith("-DCMAKE_BUILD_TYPE") for a in args):
+        args.append("-DCMAKE_BUILD_TYPE=Release")
+    return args
+
+
+def requested_backends(cmake_args: list[str]) -> list[str]:
+    """The ggml backend libraries that `-DGGML_<NAME>=ON` arguments ask for (the last setting of each wins)."""
+    wanted: dict[str, bool] = {}
+    for a in cmake_args:
+        m = re.fullmatch(r"-D(GGML_[A-Z]+)(?::BOOL)?=(.*)", a)
+        if m and m.group(1) in BACKEND_LIBS:
+            wanted[m.group(1)] = m.group(2).strip().lower() in _TRUE
+    return [BACKEND_LIBS[k] for k, on in wanted.items() if on]
+
+
+def build_key(cmake_args: list[str], generator: str | None, lock_sha256: str) -> str:
+    """The name of the build folder of one configuration: the pinned source, the generator and CMAKE_ARGS.
+
+    A new configuration gets a folder of its own instead of reusing a CMake cache that still holds the old
+    settings: CMake keeps every -D it was ever given, so `-DGGML_CUDA=ON` once would stay on for good, and a
+    later CUDA build on top of a CPU cache would depend on what that cache remembers.
+    """
+    blob = json.dumps({"ggml": lock_sha256, "generator": generator or "", "args": cmake_args}, sort_keys=True)
+    return "cmake-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def configure(source: Path, build_dir: Path, cmake_args: list[str], generator: str | None) -> None:
+    """Run CMake's configure step, robust against a cache left by another toolchain.
+
+    The tools are named afresh on every run: pip builds in a throw-away environment whose `ninja` is gone by the
+    next install, and a cache that still points at it fails with "Running '.../ninja' '--version' failed".
+    If configuring on top of an existing cache fails all the same, the folder is wiped and configured once from
+    scratch; a folder whose very first configure failed is removed, so no half-made cache is left behind.
+    """
+    tools = []
+    if generator == "Ninja":
+        tools.append(f"-DCMAKE_MAKE_PROGRAM={shutil.which('ninja')}")
+    cmd = ["cmake", "-S", str(source), "-B", str(build_dir), *(["-G", generator] if generator else []),
+           *tools, *cmake_args]
+    fresh = not (build_dir / "CMakeCache.txt").exists()
+    log(f"cmake configure in {build_dir.name}: {' '.join(cmake_args)}")
+    if subprocess.run(cmd).returncode == 0:
+        return
+    if not fresh:
+        log(f"configure on the existing cache of {build_dir} failed; configuring from scratch")
+        shutil.rmtree(build_dir)
+    try:
+        subprocess.run(cmd, check=True)
+    except BaseException:
+        shutil.rmtree(build_dir, ignore_errors=True)
+        raise
+
+
 def build(build_dir: Path | None = None) -> Path:
-    """Configure and build ggml with CMake; copy the shared libraries into omnivoice/ggml/_lib."""
+    """Configure and build ggml with CMake; replace omnivoice/ggml/_lib with the libraries of this build."""
     fetch()
-    build_dir = Path(build_dir or ROOT / "build" / "cmake")
+    lock = read_lock()
+    cmake_args = cmake_args_from_env()
+    generator = "Ninja" if shutil.which("ninja") else None
+    build_dir = Path(build_dir or ROOT / "build" / build_key(cmake_args, generator, lock["sha256"]))
     build_dir.mkdir(parents=True, exist_ok=True)
-    cmake_args = shlex.split(os.environ.get("CMAKE_ARGS", ""))
-    generator = ["-G", "Ninja"] if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").exists() else []
-    if not any(a.startswith("-DCMAKE_BUILD_TYPE") for a in cmake_args):
-        cmake_args.append("-DCMAKE_BUILD_TYPE=Release")
-    log(f"cmake configure {' '.join(cmake_args)}")
-    subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_dir), *generator, *cmake_args], check=True)
+    configure(ROOT, build_dir, cmake_args, generator)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     log(f"cmake build with {jobs} jobs")
     subprocess.run(["cmake", "--build", str(build_dir), "--config", "Release", "-j", jobs], check=True)
 
     built = build_dir / "lib"
     libs = [p for p in built.iterdir() if re.search(r"\.(so|dylib|dll)(\.|$)", p.name)]
-    if not any(p.name.startswith(("libggml-base", "ggml-base")) for p in libs):
-        raise RuntimeError(f"no ggml-base library in {built}")
+    stems = {re.sub(r"^lib", "", p.name.split(".")[0]) for p in libs}
+    missing = [name for name in ["ggml-base", "ggml-cpu", *requested_backends(cmake_args)] if name not in stems]
+    if missing:
+        raise RuntimeError(f"the build in {build_dir} made no {', '.join(missing)} library although CMAKE_ARGS "
+                           f"asked for it (CMAKE_ARGS={os.environ.get('CMAKE_ARGS', '')!r}); see the CMake output")
     if LIB_OUT.exists():
         shutil.rmtree(LIB_OUT)
     LIB_OUT.mkdir(parents=True)
     for p in libs:
         shutil.copy2(p, LIB_OUT / p.name, follow_symlinks=True)
+    (LIB_OUT / "build.json").write_text(json.dumps(
+        {"ggml_version": lock["ggml_version"], "ggml_sha256": lock["sha256"], "cmake_args": cmake_args,
+         "build_dir": build_dir.name, "libraries": sorted(p.name for p in libs)}, indent=1))
     log(f"libraries: {', '.join(sorted(p.name for p in libs))}")
     return LIB_OUT
 
@@ -248,14 +322,30 @@ except ImportError:  # running `python build_ext.py` without setuptools is fine
 if _meta is not None:
     from setuptools.build_meta import *  # noqa: F401,F403 -- this module is the build backend
 
+    # ggml is built in the PEP 517 hooks themselves, before setuptools runs: setuptools runs a customised
+    # build_py of an editable install through a wrapper that turns any exception into a warning, so a failed
+    # build there ended in "Successfully installed" with the old libraries still in place.
+    def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+        build_all()
+        return _meta.build_wheel(wheel_directory, config_settings, metadata_directory)
+
+    def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+        build_all()
+        return _meta.build_editable(wheel_directory, config_settings, metadata_directory)
+
     class BuildPy(_build_py):
-        """build_py that first builds ggml and the declarations, then ships them inside the package."""
+        """build_py that ships the built libraries and declarations inside the package (a wheel's copy)."""
 
         def run(self):
-            build_all()
+            target = Path(self.build_lib) / "omnivoice" / "ggml"
+            if not getattr(self, "editable_mode", False):
+                # setuptools' build folder outlives the install: libraries of an earlier configuration (a CUDA
+                # module after switching to a CPU-only build) must not ride along into this wheel.
+                shutil.rmtree(target / "_lib", ignore_errors=True)
             super().run()
             if not getattr(self, "editable_mode", False):
-                target = Path(self.build_lib) / "omnivoice" / "ggml"
+                if not (LIB_OUT / "build.json").exists():
+                    raise RuntimeError(f"no ggml build in {LIB_OUT}: build through pip or `python build_ext.py all`")
                 shutil.copytree(LIB_OUT, target / "_lib", dirs_exist_ok=True)
                 for f in (CDEF_OUT, CONSTS_OUT):
                     shutil.copy2(f, target / f.name)

@@ -9,6 +9,8 @@ import pytest
 
 # cuBLAS runs float32 products in TF32 on Ampere and later unless told not to; parity is judged in real F32.
 os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
+# Likewise Vulkan rounds F32 products to F16 unless its float32 shaders are chosen (omnivoice.ggml.backend).
+os.environ.setdefault("OMNIVOICE_EXACT_F32", "1")
 
 
 @pytest.fixture(scope="session")

@@ -79,7 +79,7 @@ def run(args) -> list[dict]:
                 same += sum(1 for p, t in mine.items() if want.get(p) == t)
             rows.append(dict(quant=quant, backend=rt.device.spec, cosine=cos, max_abs_err=err,
                              logit_scale=float(np.abs(want_logits).max()), teacher_forced=same / total,
-                             ms_per_step=per_step * 1000, flash=lm.flash_attn))
+                             ms_per_step=per_step * 1000, flash=lm.flash_attn, exact_f32=rt.exact_f32))
             lm.close()
             print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -100,7 +100,8 @@ def main() -> int:
     print("\n| weights | backend | logits cosine | max abs err (scale) | teacher-forced equal | ms/step |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['quant']} | {r['backend']}{' +FA' if r['flash'] else ''} | {r['cosine']:.7f} | "
+        print(f"| {r['quant']} | {r['backend']}{' +FA' if r['flash'] else ''}{' exact' if r['exact_f32'] else ''} | "
+              f"{r['cosine']:.7f} | "
               f"{r['max_abs_err']:.2e} ({r['logit_scale']:.1f}) | {100 * r['teacher_forced']:.2f} % | "
               f"{r['ms_per_step']:.0f} |")
     if args.json:

@@ -7,8 +7,11 @@ auto5 is a 5 s auto-voice chunk (22 prompt tokens + 125 target frames, packed wi
 row: 272 positions); clone5 adds a 2.3 s voice prompt (49 text tokens, 47 reference frames: 346 positions);
 auto20 is a 20 s chunk (1040 positions). Prints the median of --repeats steps after two warm-up steps (a
 backend that captures the graph, like CUDA's graphs, does so on the second run), split into the host's work
-before the run (the packed input ids), the graph run (input copy, compute, synchronisation) and the read-back.
+before the run (the packed input ids), the graph run (input copy, compute, synchronisation) and the read-back,
+and the process's CPU time per step (with --threads 1 a measure that other work on the machine barely moves).
 
+--variant picks another composition of the same graph (models.lm.Variant: qk_rope, kv_rows, one_attention,
+typed_inputs, comma-separated; tests/models/test_lm_variants.py checks each against the default graph).
 --profile N records N more steps with PyTorch's profiler (CUPTI sees every kernel of the process, ggml's
 too) and prints GPU time per step by kernel: what a step spends on the device against its wall time.
 --json FILE appends one line per (weights, shape) with every figure.
@@ -40,16 +43,18 @@ def prompt(n_text: int, n_ref: int, n_target: int, seed: int = 0):
     return LMInput(ids.astype(np.int32), mask, n_target)
 
 
-def timed_step(session, tokens) -> tuple[float, float, float]:
-    """(prepare, run, read) seconds of one step: ChunkSession.step's own parts, timed one by one."""
-    t0 = time.perf_counter()
+def timed_step(session, tokens) -> tuple[float, float, float, float]:
+    """(prepare, run, read) seconds of one step: ChunkSession.step's own parts, timed one by one; and the CPU
+    seconds of the process over the whole step (all threads: with one thread, what the step costs even when
+    other work shares the cores; with several, ggml's spinning threads count too)."""
+    c0, t0 = time.process_time(), time.perf_counter()
     ids = session._audio_ids([tokens])
     t1 = time.perf_counter()
     g = session.graph
     g.compute(outputs=[], audio_ids=ids)
     t2 = time.perf_counter()
     session._results(g.read_outputs())
-    return t1 - t0, t2 - t1, time.perf_counter() - t2
+    return t1 - t0, t2 - t1, time.perf_counter() - t2, time.process_time() - c0
 
 
 def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
@@ -85,6 +90,16 @@ def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
             "top": [(name[:200], ms / n_steps, n / n_steps) for name, (ms, n) in rows[:top]]}
 
 
+def ggml_version() -> str:
+    """The ggml version the libraries were built from (their build.json), or '?' for an older build."""
+    from omnivoice.ggml._ffi import LIB_DIR
+
+    try:
+        return json.loads((LIB_DIR / "build.json").read_text())["ggml_version"]
+    except (OSError, ValueError, KeyError):
+        return "?"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gguf-dir", type=Path, required=True)
@@ -97,20 +112,23 @@ def main() -> int:
     p.add_argument("--flash", choices=("auto", "on", "off"), default="auto", help="flash attention")
     p.add_argument("--stack", choices=("auto", "on", "off"), default="auto",
                    help="q/k/v and gate/up as one matrix each (default: on GPUs)")
+    p.add_argument("--variant", default="", help="graph variant(s), e.g. qk_rope,kv_rows (default: none)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="kernel profile of N steps (CUDA)")
     p.add_argument("--json", type=Path, help="append one JSON line per measurement")
     p.add_argument("--label", default="", help="free text stored with each JSON line")
     args = p.parse_args()
     from omnivoice.ggml import Runtime
+    from omnivoice.models.lm import Variant
     from omnivoice.runners.lm import LanguageModel
 
     on_off = {"auto": None, "on": True, "off": False}
+    variant = Variant.parse(args.variant)
     flash = on_off[args.flash]
     with Runtime(args.backend, args.threads) as rt:
-        print(f"{rt}")
+        print(f"{rt}, ggml {ggml_version()}")
         for q in args.quants.split(","):
             lm = LanguageModel(rt, args.gguf_dir / f"omnivoice-base-{q.upper()}.gguf", flash_attn=flash,
-                               stack_projections=on_off[args.stack])
+                               stack_projections=on_off[args.stack], variant=variant)
             stacked = lm.weights.layers[0].qkv is not None
             for shape in args.shapes.split(","):
                 pr = prompt(*(SHAPES[shape] if shape in SHAPES else map(int, shape.split(":"))))
@@ -119,18 +137,20 @@ def main() -> int:
                     for _ in range(2):
                         s.step([tokens])
                     parts = np.array([timed_step(s, tokens) for _ in range(args.repeats)])
-                    prep, run, read = 1000 * np.median(parts, axis=0)
-                    total = 1000 * np.median(parts.sum(axis=1))
+                    prep, run, read, cpu = 1000 * np.median(parts, axis=0)
+                    total = 1000 * np.median(parts[:, :3].sum(axis=1))
                     print(f"{q:5s} {shape:7s} L={s.L:5d} {total:8.2f} ms/step (prepare {prep:.2f}, run {run:.2f}, "
-                          f"read {read:.2f}; flash {'on' if lm.flash_attn else 'off'}, stacked {stacked}, "
-                          f"{s.graph.n_nodes} nodes)", flush=True)
+                          f"read {read:.2f}; CPU {cpu:.0f} ms; flash {'on' if lm.flash_attn else 'off'}, stacked {stacked}, "
+                          f"variant {args.variant or 'none'}, {s.graph.n_nodes} nodes)", flush=True)
                     prof = kernel_profile(s, tokens, args.profile) if args.profile else None
                 if args.json:
                     with args.json.open("a") as f:
                         f.write(json.dumps({"label": args.label, "backend": args.backend, "weights": q,
                                             "shape": shape, "L": s.L, "ms_per_step": total, "prepare_ms": prep,
-                                            "run_ms": run, "read_ms": read, "flash": lm.flash_attn, "stacked": stacked,
-                                            "profile": prof}) + "\n")
+                                            "run_ms": run, "read_ms": read, "cpu_ms": cpu, "threads": rt.n_threads,
+                                            "flash": lm.flash_attn, "stacked": stacked,
+                                            "variant": args.variant, "exact_f32": rt.exact_f32,
+                                            "ggml": ggml_version(), "profile": prof}) + "\n")
             lm.close()
     return 0
 

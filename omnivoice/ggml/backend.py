@@ -6,12 +6,43 @@ optionally with a device index: `cuda:1`. `auto` takes the first GPU device and 
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 
 from ._ffi import LIB_DIR, ffi, lib
 from .threads import default_threads
 
+log = logging.getLogger("omnivoice.ggml")
 _loaded = False
+
+# ggml-vulkan rounds float32 products to float16 unless told otherwise when it creates the device (read in its
+# ggml_vk_get_device, once per process): with fp16 arithmetic its tiled matrix shaders hold both operand tiles as
+# float16 (FLOAT_TYPE) even for F32 x F32, and its cooperative-matrix paths (KHR coopmat, NV coopmat2, on by
+# default on NVIDIA) convert F32 operands to F16 first. ggml_prec_set_acc (ggml_mul_mat_set_prec) picks only
+# the accumulator and cannot undo either. With all three switches set it runs its float32 shaders: the matrix
+# products, flash attention's scalar kernels (with F32 K/V) and the convolutions' im2col products.
+VULKAN_F32_ENV = ("GGML_VK_DISABLE_F16", "GGML_VK_DISABLE_COOPMAT", "GGML_VK_DISABLE_COOPMAT2")
+_vulkan_exact: bool | None = None  # how this process created its Vulkan device; None: not yet
+
+
+def exact_f32_default() -> bool:
+    """OMNIVOICE_EXACT_F32=1 asks every runtime for float32 arithmetic where a backend would round it."""
+    return os.environ.get("OMNIVOICE_EXACT_F32", "").strip() not in ("", "0")
+
+
+def _vulkan_mode(exact: bool) -> bool:
+    """Set ggml-vulkan's float32 switches before its device is created; the mode the process ends up in."""
+    global _vulkan_exact
+    if _vulkan_exact is None:
+        if exact:
+            for name in VULKAN_F32_ENV:
+                os.environ[name] = "1"
+        _vulkan_exact = all(os.environ.get(name) for name in VULKAN_F32_ENV)
+    elif exact and not _vulkan_exact:
+        log.warning("the Vulkan device of this process was created with its F16 shaders; exact_f32 cannot change "
+                    "that now (set OMNIVOICE_EXACT_F32=1 before the first Vulkan runtime)")
+    return _vulkan_exact
 
 
 def load_backends() -> None:
@@ -110,9 +141,17 @@ class Runtime:
     Owns the ggml backend handles; `close()` (or the context manager) frees them.
     """
 
-    def __init__(self, spec: str = "auto", n_threads: int | None = None) -> None:
+    def __init__(self, spec: str = "auto", n_threads: int | None = None, exact_f32: bool | None = None) -> None:
+        """`exact_f32` (default: OMNIVOICE_EXACT_F32) asks for float32 arithmetic where the backend would round
+        it: Vulkan then runs its float32 shaders (process-wide, fixed by the first Vulkan runtime; see
+        VULKAN_F32_ENV) and models keep flash attention's K/V in F32 (or use the plain path where the backend
+        has no F32 flash kernel). CUDA's TF32 is switched off by NVIDIA_TF32_OVERRIDE=0 in the environment."""
         self.device, dev = find_device(spec)
+        self._dev = dev
         self.n_threads = n_threads or default_threads()
+        self.exact_f32 = exact_f32_default() if exact_f32 is None else bool(exact_f32)
+        if self.device.backend.lower() == "vulkan":
+            self.exact_f32 = _vulkan_mode(self.exact_f32)
         self._backends = []
         self.backend = self._init(dev)
         if self.device.kind == "cpu":
@@ -153,6 +192,50 @@ class Runtime:
             cache[(head_dim, kv_type)] = probe_flash_attn(self, head_dim, kv_type)
         return cache[(head_dim, kv_type)]
 
+    @property
+    def repack_buffer_type(self):
+        """The CPU backend's "CPU_REPACK" buffer type, or None (GPU runtimes, CPUs and builds without one).
+
+        Matrices stored in it are rearranged once, at upload, into the interleaved layout of ggml's faster
+        product kernels (on x86 with AVX2: Q4_0, Q4_K, IQ4_NL and MXFP4; Q2_K with AVX-512; Q8_0, Q5_K and
+        Q6_K only on Arm). Such tensors live in anonymous memory and cannot be read back."""
+        if "_repack_buft" not in self.__dict__:
+            self._repack_buft = None
+            if self.device.kind == "cpu":
+                reg = lib.ggml_backend_dev_backend_reg(self._dev)
+                fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
+                get = ffi.cast("ggml_backend_dev_get_extra_bufts_t", fn) if fn != ffi.NULL else None
+                bufts = get(self._dev) if get is not None else ffi.NULL
+                i = 0
+                while bufts != ffi.NULL and bufts[i] != ffi.NULL:
+                    if ffi.string(lib.ggml_backend_buft_name(bufts[i])) == b"CPU_REPACK":
+                        self._repack_buft = bufts[i]
+                    i += 1
+        return self._repack_buft
+
+    def repacks(self, ggml_type: int, ne: list[int]) -> bool:
+        """Whether a weight matrix of this type and shape (ggml order) gets a repacked product kernel here:
+        the CPU device is asked about a product with the weight labelled as living in the repack buffer."""
+        buft = self.repack_buffer_type
+        if buft is None or len(ne) != 2:
+            return False
+        key = (int(ggml_type), int(ne[0]), int(ne[1]))
+        cache = self.__dict__.setdefault("_repacks", {})
+        if key not in cache:
+            params = ffi.new("struct ggml_init_params *", {"mem_size": 3 * lib.ggml_tensor_overhead(),
+                                                           "mem_buffer": ffi.NULL, "no_alloc": True})
+            ctx = lib.ggml_init(params[0])
+            label = lib.ggml_backend_buft_alloc_buffer(buft, 0)  # zero-sized: only says where w would live
+            try:
+                w = lib.ggml_new_tensor_2d(ctx, ggml_type, key[1], key[2])
+                w.buffer = label
+                x = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, key[1], 1)
+                cache[key] = bool(lib.ggml_backend_dev_supports_op(self._dev, lib.ggml_mul_mat(ctx, w, x)))
+            finally:
+                lib.ggml_backend_buffer_free(label)
+                lib.ggml_free(ctx)
+        return cache[key]
+
     def close(self) -> None:
         for b in reversed(self._backends):
             lib.ggml_backend_free(b)
@@ -165,4 +248,5 @@ class Runtime:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Runtime({self.device.spec}: {self.device.description}, threads={self.n_threads})"
+        exact = ", exact_f32" if self.exact_f32 else ""
+        return f"Runtime({self.device.spec}: {self.device.description}, threads={self.n_threads}{exact})"

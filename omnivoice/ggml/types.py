@@ -10,15 +10,17 @@ F32 = lib.GGML_TYPE_F32
 F16 = lib.GGML_TYPE_F16
 BF16 = lib.GGML_TYPE_BF16
 Q8_0 = lib.GGML_TYPE_Q8_0
+Q4_0 = lib.GGML_TYPE_Q4_0
 I32 = lib.GGML_TYPE_I32
+I64 = lib.GGML_TYPE_I64
 COUNT = lib.GGML_TYPE_COUNT  # type ids lie in [0, COUNT)
 
-_NUMPY = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), I32: np.dtype(np.int32)}
-_BY_NAME = {"f32": F32, "f16": F16, "bf16": BF16, "q8_0": Q8_0, "i32": I32}
+_NUMPY = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), I32: np.dtype(np.int32), I64: np.dtype(np.int64)}
+_BY_NAME = {"f32": F32, "f16": F16, "bf16": BF16, "q8_0": Q8_0, "q4_0": Q4_0, "i32": I32, "i64": I64}
 
 
 def numpy_dtype(ggml_type: int) -> np.dtype:
-    """The numpy dtype that holds a tensor of this type element for element (F32, F16 and I32 only)."""
+    """The numpy dtype that holds a tensor of this type element for element (F32, F16, I32 and I64 only)."""
     try:
         return _NUMPY[ggml_type]
     except KeyError:
@@ -26,16 +28,16 @@ def numpy_dtype(ggml_type: int) -> np.dtype:
 
 
 def from_numpy(dtype) -> int:
-    """The ggml type of a numpy dtype (float32, float16, int32)."""
+    """The ggml type of a numpy dtype (float32, float16, int32, int64)."""
     dtype = np.dtype(dtype)
     for t, d in _NUMPY.items():
         if d == dtype:
             return t
-    raise TypeError(f"numpy dtype {dtype} has no ggml counterpart (expected float32, float16 or int32)")
+    raise TypeError(f"numpy dtype {dtype} has no ggml counterpart (expected float32, float16, int32 or int64)")
 
 
 def by_name(name: str) -> int:
-    """ggml type from a short name: f32, f16, bf16, q8_0, i32."""
+    """ggml type from a short name: f32, f16, bf16, q8_0, q4_0, i32, i64."""
     try:
         return _BY_NAME[name.lower()]
     except KeyError:

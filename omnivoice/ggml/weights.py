@@ -7,7 +7,8 @@ each tensor (its shape and type) is the loaders' business (omnivoice.loaders).
 On the CPU a tensor whose data is a view of the `region` given to the store (a GGUF file's memory-mapped data
 section) is used in place: the weights are in RAM once, as file pages. Other tensors are copied into one backend
 buffer per context, and `release` is told about each source array after its copy, so a loader can let the
-kernel drop the file pages it no longer needs.
+kernel drop the file pages it no longer needs. Quantized matrices that the CPU multiplies faster from its
+repacked layout are copied into its repack buffer instead (`upload(repack=...)`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from . import types
 from ._ffi import consts, ffi, lib
 from .backend import Runtime
-from .graph import Tensor, new_context, set_name
+from .graph import Tensor, ne_of, new_context, set_name
 
 TENSORS_PER_CONTEXT = 512
 CPU_BUFFER_ALIGNMENT = 32  # ggml_backend_cpu_buffer_from_ptr asserts this of the memory it wraps (TENSOR_ALIGNMENT)
@@ -104,20 +105,30 @@ class WeightStore:
         start, base = _address(data), _address(self._region)
         return base <= start and start + data.nbytes <= base + self._region.nbytes
 
-    def upload(self, in_place: bool = False, release: Callable[[np.ndarray], None] | None = None) -> None:
+    def upload(self, in_place: bool = False, release: Callable[[np.ndarray], None] | None = None,
+               repack: Callable[[str], bool] | None = None) -> None:
         """Allocate every tensor and fill it. With `in_place` (CPU runtimes only), tensors whose data lies in the
-        store's region use that memory itself; the others are copied, then `release(source)` is called."""
+        store's region use that memory itself; the others are copied, then `release(source)` is called.
+
+        `repack(name)` says which matrices are only ever multiplied (ggml_mul_mat), never read by row
+        (ggml_get_rows cannot read the repacked layout, and the CPU runs no other op on it): of those, the ones
+        the CPU backend multiplies faster in its repacked layout (Runtime.repacks: Q4_0, Q4_K, IQ4_NL on x86)
+        are copied into its repack buffer, from the region too."""
         if self._uploaded:
             return
         self._uploaded = True
         try:
+            repacked = [n for n, t in self._tensors.items()
+                        if repack and repack(n) and self.runtime.repacks(t.type, ne_of(t))]
+            if repacked:
+                self._alloc_repacked(repacked)
             mapped = set()
             if in_place and self._region is not None:
                 if self.runtime.is_gpu:
                     raise ValueError("weights can be used in place only by the CPU backend")
                 # a region that ggml cannot wrap (a file aligned to less than 32 bytes) is copied instead
                 if _address(self._region) % CPU_BUFFER_ALIGNMENT == 0:
-                    mapped = {n for n, d in self._data.items() if self._in_region(d)}
+                    mapped = {n for n, d in self._data.items() if self._in_region(d) and n not in repacked}
             if mapped:
                 base = ffi.cast("char *", ffi.from_buffer(self._region))
                 buf = lib.ggml_backend_cpu_buffer_from_ptr(base, self._region.nbytes)
@@ -128,7 +139,7 @@ class WeightStore:
                     offset = _address(self._data[name]) - _address(self._region)
                     if lib.ggml_backend_tensor_alloc(buf, self._tensors[name], base + offset) != 0:
                         raise ValueError(f"{self.source}: tensor {name!r} cannot be used in place")
-            copied = [n for n in self._tensors if n not in mapped]
+            copied = [n for n in self._tensors if n not in mapped and n not in repacked]
             for ctx in self._ctxs:
                 # contexts whose tensors are all mapped have nothing left to allocate (ggml returns NULL then)
                 if any(self._tensors[n].data == ffi.NULL for n in copied):
@@ -137,9 +148,11 @@ class WeightStore:
                         raise MemoryError(f"could not allocate the weights of {self.source} on "
                                           f"{self.runtime.device.spec}")
                     self._buffers.append(buf)
-            for name in copied:
+            for name in copied + repacked:
                 data = self._data[name]
                 parts = data if isinstance(data, list) else [data]
+                if name in repacked and len(parts) > 1:  # the repack buffer takes a tensor in one piece
+                    parts = [np.concatenate([np.asarray(p).reshape(-1) for p in parts])]
                 offset = 0
                 for p in parts:  # stacked parts go in row after row
                     p = np.ascontiguousarray(p)
@@ -158,10 +171,29 @@ class WeightStore:
         finally:
             self._data = {}
 
+    def _alloc_repacked(self, names: list[str]) -> None:
+        """One buffer of the CPU's repack buffer type holding these tensors (its init repacks nothing yet: the
+        layout changes when the data is set)."""
+        buft = self.runtime.repack_buffer_type
+        align = lib.ggml_backend_buft_get_alignment(buft)
+        offsets, size = [], 0
+        for name in names:
+            offsets.append(size)
+            size += -(-lib.ggml_backend_buft_get_alloc_size(buft, self._tensors[name]) // align) * align
+        buf = lib.ggml_backend_buft_alloc_buffer(buft, size)
+        if buf == ffi.NULL:
+            raise MemoryError(f"could not allocate the repacked weights of {self.source}")
+        self._buffers.append(buf)
+        base = ffi.cast("char *", lib.ggml_backend_buffer_get_base(buf))
+        for name, offset in zip(names, offsets):
+            if lib.ggml_backend_tensor_alloc(buf, self._tensors[name], base + offset) != 0:
+                raise ValueError(f"{self.source}: tensor {name!r} cannot be repacked")
+
     @classmethod
-    def from_arrays(cls, runtime: Runtime, arrays: dict[str, np.ndarray | tuple[str, np.ndarray]]
-                    ) -> "WeightStore":
-        """Upload numpy arrays; a value `(type_name, array)` stores a float array as f16, bf16 or q8_0."""
+    def from_arrays(cls, runtime: Runtime, arrays: dict[str, np.ndarray | tuple[str, np.ndarray]],
+                    repack: Callable[[str], bool] | None = None) -> "WeightStore":
+        """Upload numpy arrays; a value `(type_name, array)` stores a float array as f16, bf16, q8_0 or q4_0.
+        `repack`: see upload."""
         import gguf
 
         store = cls(runtime)
@@ -176,7 +208,7 @@ class WeightStore:
                     data = gguf.quants.quantize(np.ascontiguousarray(arr, dtype=np.float32),
                                                 gguf.GGMLQuantizationType(ggml_type))
                     store.add(name, ggml_type, list(reversed(arr.shape)), data)
-            store.upload()
+            store.upload(repack=repack)
         except BaseException:
             store.close()
             raise

@@ -7,6 +7,8 @@ or tensor, not an abort inside ggml.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..ggml import Runtime, WeightStore
@@ -82,12 +84,24 @@ def _class_bias(cfg: LMConfig) -> np.ndarray:
     return bias
 
 
+def _joint_qk_norm(f: GGUFFile, store: WeightStore, cfg: LMConfig, layer: LMLayer, i: int) -> LMLayer:
+    """The layer with `qk_norm` [D, H + Hkv]: q_norm for each query head, then k_norm for each key head (the
+    qk_rope graph variant norms q and k as one tensor)."""
+    def values(name: str) -> np.ndarray:  # a checked F32 vector of the file
+        return f.tensor(N.layer(name, i)).data.view(np.float32)
+
+    joint = np.concatenate([np.tile(values(N.LM_ATTN_Q_NORM), (cfg.n_head, 1)),
+                            np.tile(values(N.LM_ATTN_K_NORM), (cfg.n_head_kv, 1))])
+    return dataclasses.replace(layer, qk_norm=store.add_array(N.layer(N.LM_ATTN_Q_NORM, i) + ".joint", joint))
+
+
 def load_weights(runtime: Runtime, f: GGUFFile, cfg: LMConfig, stack: bool = False,
-                 in_place: bool | None = None) -> tuple[LMWeights, WeightStore]:
+                 in_place: bool | None = None, joint_qk_norm: bool = False) -> tuple[LMWeights, WeightStore]:
     """Every LM tensor of `f`, checked against `cfg`, on `runtime`: (the record, the store that owns them).
 
     `stack` joins q/k/v and gate/up into one matrix each (copies of their rows); `in_place` (default: on the CPU)
-    uses the file's memory map as the buffer of the other tensors instead of a copy.
+    uses the file's memory map as the buffer of the other tensors instead of a copy; `joint_qk_norm` adds each
+    layer's `qk_norm` (the qk_rope graph variant).
     """
     E, N_audio = cfg.n_embd, cfg.n_codebook * cfg.audio_vocab
     store = WeightStore(runtime, f.path, f.metadata, region=f.data)
@@ -96,14 +110,17 @@ def load_weights(runtime: Runtime, f: GGUFFile, cfg: LMConfig, stack: bool = Fal
         weights = LMWeights(
             tok_embd=t.get(N.LM_TOKEN_EMBD, (E, cfg.n_vocab), EMBEDDING),
             audio_embd=t.get(N.LM_AUDIO_EMBD, (E, N_audio), EMBEDDING),
-            layers=tuple(_layer(t, cfg, i, stack) for i in range(cfg.n_layer)),
+            layers=tuple(_joint_qk_norm(f, store, cfg, _layer(t, cfg, i, stack), i) if joint_qk_norm
+                         else _layer(t, cfg, i, stack) for i in range(cfg.n_layer)),
             output_norm=t.get(N.LM_OUTPUT_NORM, (E,), VECTOR),
             audio_heads=t.get(N.LM_AUDIO_HEADS, (E, N_audio), MATRIX),
             # made last: only the checked tensors above bound audio_vocab, so a damaged file allocates nothing
             class_bias=store.add_array(N.LM_CLASS_BIAS, _class_bias(cfg)))
         if in_place is None:
             in_place = not runtime.is_gpu
-        store.upload(in_place=in_place, release=f.release)
+        # the embedding tables are read by row, which the CPU's repacked layout does not allow
+        store.upload(in_place=in_place, release=f.release,
+                     repack=lambda name: name not in (N.LM_TOKEN_EMBD, N.LM_AUDIO_EMBD))
     except BaseException:
         store.close()
         raise

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from .. import nn
-from ..ggml import Tensor, lib, named
+from ..ggml import Tensor, lib, named, types
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,52 @@ class LMConfig:
     audio_vocab: int      # ids per codebook, the mask id included (1025)
     audio_mask_id: int
     n_vocab: int          # text tokens (rows of the text embedding)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Other compositions of the same math, for speed on GPUs (issue 18); all off is the default graph.
+
+    qk_rope: q and k of the stacked q/k/v product normed and rotated as one tensor (one RMSNorm, one mul by the
+        joint weight `LMLayer.qk_norm`, one RoPE for both; needs stacked projections).
+    kv_rows: K and V written into flash attention's K/V type with set_rows over constant row ids, so that CUDA
+        fuses K's RMSNorm, mul, RoPE and the conversion into one kernel.
+    one_attention: one attention call over all packed positions with a constant block-diagonal F16 mask
+        [L, L] instead of one call per segment and a concat.
+    typed_inputs: the inputs of F16/BF16 products cast to the weights' type in the graph (the backend
+        converts them itself otherwise).
+    """
+
+    qk_rope: bool = False
+    kv_rows: bool = False
+    one_attention: bool = False
+    typed_inputs: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> "Variant":
+        """`qk_rope,kv_rows` -> Variant(qk_rope=True, kv_rows=True); '' or 'none' -> the default graph."""
+        names = [n.strip() for n in text.split(",") if n.strip() and n.strip() != "none"]
+        unknown = [n for n in names if n not in cls.__dataclass_fields__]
+        if unknown:
+            raise ValueError(f"unknown graph variant(s) {', '.join(unknown)}; "
+                             f"expected {', '.join(cls.__dataclass_fields__)}")
+        return cls(**{n: True for n in names})
+
+    @property
+    def product(self):
+        """The matrix product of the graph: ggml_mul_mat, or typed_product with typed_inputs."""
+        return typed_product if self.typed_inputs else lib.ggml_mul_mat
+
+
+DEFAULT = Variant()
+
+
+@dataclass(frozen=True)
+class VariantInputs:
+    """The per-chunk constants a variant reads (None where it is off)."""
+
+    kv_rows: Tensor | None = None     # [L] I64: 0 .. L-1
+    attn_mask: Tensor | None = None   # [L, L] F16: 0 within a packed prompt's segment, -inf across
 
 
 # The weights as the graph reads them, ggml shapes (ne0 first): E = n_embd, D = head_dim, H and Hkv the query
@@ -64,6 +110,7 @@ class LMLayer:
     gate: Tensor | None = None      # [E, F]
     up: Tensor | None = None        # [E, F]
     gate_up: Tensor | None = None   # [E, 2 F]: the rows of gate, up (ggml_swiglu: silu(first half) * second)
+    qk_norm: Tensor | None = None   # [D, H + Hkv]: q_norm for each query head, then k_norm (the qk_rope variant)
 
 
 @dataclass(frozen=True)
@@ -97,13 +144,13 @@ def heads(ctx, x, cfg: LMConfig, n: int, first: int = 0):
     return lib.ggml_view_3d(ctx, x, D, n, x.ne[1], D * es, x.nb[1], first * D * es)
 
 
-def qkv_projections(ctx, layer: LMLayer, cfg: LMConfig, cur):
+def qkv_projections(ctx, layer: LMLayer, cfg: LMConfig, cur, product=lib.ggml_mul_mat):
     """q [D, H, L], k and v [D, Hkv, L] of the normed input cur [n_embd, L]."""
     H, Hkv = cfg.n_head, cfg.n_head_kv
     if layer.qkv is not None:
-        qkv = lib.ggml_mul_mat(ctx, layer.qkv, cur)                                          # [(H + 2 Hkv) D, L]
+        qkv = product(ctx, layer.qkv, cur)                                                   # [(H + 2 Hkv) D, L]
         return heads(ctx, qkv, cfg, H), heads(ctx, qkv, cfg, Hkv, H), heads(ctx, qkv, cfg, Hkv, H + Hkv)
-    return tuple(heads(ctx, lib.ggml_mul_mat(ctx, w, cur), cfg, n)
+    return tuple(heads(ctx, product(ctx, w, cur), cfg, n)
                  for w, n in ((layer.q, H), (layer.k, Hkv), (layer.v, Hkv)))
 
 
@@ -132,29 +179,41 @@ def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | N
     return concat(ctx, parts, 1)
 
 
-def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None):
+def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None,
+                  variant: Variant = DEFAULT, inputs: VariantInputs = VariantInputs()):
     """Qwen3 decoder layer `il`: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
-    prompt; `flash_kv`: K/V type of flash attention, or None for the plain path."""
+    prompt; `flash_kv`: K/V type of flash attention, or None for the plain path; `variant`: see Variant."""
+    product = variant.product
     residual = x
     cur = named(nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps), "attn_norm", il)
 
-    q, k, v = qkv_projections(ctx, layer, cfg, cur)                                    # [D, H or Hkv, L]
+    if variant.qk_rope:
+        q, k, v = joint_qk_norm_rope(ctx, layer, cfg, cur, pos, product)                  # [D, H or Hkv, L]
+    else:
+        q, k, v = qkv_projections(ctx, layer, cfg, cur, product)                          # [D, H or Hkv, L]
+        q = named(nn.rms_norm(ctx, q, layer.q_norm, cfg.rms_eps), "Qcur_normed", il)
+        k = named(nn.rms_norm(ctx, k, layer.k_norm, cfg.rms_eps), "Kcur_normed", il)
+        q = named(nn.rope_neox(ctx, q, pos, cfg.rope_theta), "Qcur", il)
+        k = named(nn.rope_neox(ctx, k, pos, cfg.rope_theta), "Kcur", il)
     named(v, "Vcur", il)
-    q = named(nn.rms_norm(ctx, q, layer.q_norm, cfg.rms_eps), "Qcur_normed", il)
-    k = named(nn.rms_norm(ctx, k, layer.k_norm, cfg.rms_eps), "Kcur_normed", il)
-    q = named(nn.rope_neox(ctx, q, pos, cfg.rope_theta), "Qcur", il)
-    k = named(nn.rope_neox(ctx, k, pos, cfg.rope_theta), "Kcur", il)
-    cur = named(segmented_attention(ctx, cfg, q, k, v, segments, flash_kv), "kqv_out", il)  # [D * H, L]
-    cur = named(lib.ggml_mul_mat(ctx, layer.o, cur), "attn_out", il)                        # [n_embd, L]
+    if variant.kv_rows and flash_kv is not None:
+        k, v = rows_as(ctx, k, flash_kv, inputs.kv_rows), rows_as(ctx, v, flash_kv, inputs.kv_rows)
+    if variant.one_attention:
+        cur = nn.attention(ctx, q, k, v, inputs.attn_mask, 1.0 / math.sqrt(cfg.head_dim),
+                           flash=flash_kv is not None, kv_type=flash_kv)
+    else:
+        cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv)
+    named(cur, "kqv_out", il)                                                                # [D * H, L]
+    cur = named(product(ctx, layer.o, cur), "attn_out", il)                                  # [n_embd, L]
     x = named(lib.ggml_add(ctx, residual, cur), "ffn_inp", il)
 
     residual = x
     cur = named(nn.rms_norm(ctx, x, layer.ffn_norm, cfg.rms_eps), "ffn_norm", il)
     if layer.gate_up is not None:
-        gate_up = lib.ggml_mul_mat(ctx, layer.gate_up, cur)                                  # [2 n_ff, L]
-        cur = lib.ggml_mul_mat(ctx, layer.down, lib.ggml_swiglu(ctx, gate_up))
+        gate_up = product(ctx, layer.gate_up, cur)                                           # [2 n_ff, L]
+        cur = product(ctx, layer.down, lib.ggml_swiglu(ctx, gate_up))
     else:
-        cur = nn.swiglu(ctx, cur, layer.gate, layer.up, layer.down)
+        cur = nn.swiglu(ctx, cur, layer.gate, layer.up, layer.down, product)
     named(cur, "ffn_out", il)
     return named(lib.ggml_add(ctx, residual, cur), "l_out", il)
 
@@ -163,29 +222,61 @@ FP16_MAX = 65504.0
 
 
 def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask, pos, segments,
-                  flash_kv: int | None, clamp_fp16: bool = False):
+                  flash_kv: int | None, clamp_fp16: bool = False, variant: Variant = DEFAULT,
+                  inputs: VariantInputs = VariantInputs()):
     """The backbone: embeddings, every layer, final norm -> [n_embd, L].
 
     `clamp_fp16` bounds the residual stream to the F16 range after every layer (a debug aid for backends that
-    keep activations in F16; a no-op on healthy F32 activations).
+    keep activations in F16; a no-op on healthy F32 activations). `variant` and its `inputs`: see Variant.
     """
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask, text_mask)
     for il, layer in enumerate(w.layers):
-        x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv)
+        x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv, variant, inputs)
         if clamp_fp16:
             x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
     return named(nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps), "result_norm")
 
 
-def audio_logits(ctx, w: LMWeights, cfg: LMConfig, h):
+def audio_logits(ctx, w: LMWeights, cfg: LMConfig, h, variant: Variant = DEFAULT):
     """audio_heads over the given positions: h [n_embd, N] -> logits [audio_vocab, n_codebook, N]."""
-    logits = named(lib.ggml_mul_mat(ctx, w.audio_heads, h), "result_output")             # [8 * V, N]
+    logits = named(variant.product(ctx, w.audio_heads, h), "result_output")              # [8 * V, N]
     return lib.ggml_reshape_3d(ctx, logits, cfg.audio_vocab, cfg.n_codebook, h.ne[1])
 
 
 def columns(ctx, x, start: int, n: int):
     """Columns [start, start + n) of a 2-D tensor [C, L] (a view)."""
     return lib.ggml_view_2d(ctx, x, x.ne[0], n, x.nb[1], start * x.nb[1])
+
+
+# ------------------------------------------------------------------------ graph variants (Variant, issue 18)
+
+def typed_product(ctx, w, x):
+    """W x with x cast to W's type first where W is F16 or BF16 (what the backend's product converts it to)."""
+    if w.type in (types.F16, types.BF16) and x.type != w.type:
+        x = lib.ggml_cast(ctx, x, w.type)
+    return lib.ggml_mul_mat(ctx, w, x)
+
+
+def rows_as(ctx, x, dst_type: int, ids):
+    """x [D, Hkv, L] (rows of D * Hkv contiguous) written as `dst_type` by set_rows over row ids [L]."""
+    D, Hkv, L = x.ne[0], x.ne[1], x.ne[2]
+    x2 = lib.ggml_view_2d(ctx, x, D * Hkv, L, x.nb[2], 0)                                 # [D * Hkv, L]
+    dst = lib.ggml_new_tensor_2d(ctx, dst_type, D * Hkv, L)
+    return lib.ggml_reshape_3d(ctx, lib.ggml_set_rows(ctx, dst, x2, ids), D, Hkv, L)
+
+
+def joint_qk_norm_rope(ctx, layer: LMLayer, cfg: LMConfig, cur, pos, product):
+    """q, k and v of the stacked q/k/v product, q and k normed (by the joint weight) and rotated as one tensor
+    [D, H + Hkv, L]: q [D, H, L], k and v [D, Hkv, L]."""
+    H, Hkv, D = cfg.n_head, cfg.n_head_kv, cfg.head_dim
+    if layer.qkv is None or layer.qk_norm is None:
+        raise ValueError("the qk_rope variant needs stacked q/k/v weights and the joint q/k norm weight")
+    qkv = product(ctx, layer.qkv, cur)                                                     # [(H + 2 Hkv) D, L]
+    qk = nn.rms_norm(ctx, heads(ctx, qkv, cfg, H + Hkv), layer.qk_norm, cfg.rms_eps)      # [D, H + Hkv, L]
+    qk = nn.rope_neox(ctx, qk, pos, cfg.rope_theta)
+    q, k = (lib.ggml_view_3d(ctx, qk, D, n, qk.ne[2], qk.nb[1], qk.nb[2], first * qk.nb[1])
+            for first, n in ((0, H), (H, Hkv)))
+    return q, k, heads(ctx, qkv, cfg, Hkv, H + Hkv)
 
 
 # --------------------------------------------------------------------------------- MaskGIT sampling in-graph

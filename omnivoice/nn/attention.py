@@ -29,12 +29,12 @@ def attention(ctx, q, k, v, mask, scale: float, flash: bool, kv_type: int | None
             v = lib.ggml_cast(ctx, v, kv_type)
         q, k, v = (lib.ggml_permute(ctx, t, 0, 2, 1, 3) for t in (q, k, v))  # [D, T, Hq], [D, S, Hkv] x2
         out = lib.ggml_flash_attn_ext(ctx, q, k, v, mask, scale, 0.0, 0.0)  # [D, Hq, T]
-        lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)
+        lib.ggml_prec_set_acc(out, lib.GGML_PREC_F32)
         return lib.ggml_reshape_2d(ctx, out, D * Hq, T)
     q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [D, T, Hq]
     k = lib.ggml_permute(ctx, k, 0, 2, 1, 3)  # [D, S, Hkv]
     kq = lib.ggml_mul_mat(ctx, k, q)  # [S, T, Hq]
-    lib.ggml_mul_mat_set_prec(kq, lib.GGML_PREC_F32)
+    lib.ggml_prec_set_acc(kq, lib.GGML_PREC_F32)
     kq = lib.ggml_soft_max_ext(ctx, kq, mask, scale, 0.0)
     vt = lib.ggml_cont(ctx, lib.ggml_permute(ctx, v, 1, 2, 0, 3))  # [S, D, Hkv]
     out = lib.ggml_mul_mat(ctx, vt, kq)  # [D, T, Hq]

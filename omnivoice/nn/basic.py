@@ -53,10 +53,9 @@ def gelu(ctx, x, exact: bool = True):
     return lib.ggml_gelu_erf(ctx, x) if exact else lib.ggml_gelu(ctx, x)
 
 
-def swiglu(ctx, x, w_gate, w_up, w_down):
-    """SwiGLU feed-forward: down(silu(gate x) * up x)."""
-    return lib.ggml_mul_mat(ctx, w_down, lib.ggml_swiglu_split(ctx, lib.ggml_mul_mat(ctx, w_gate, x),
-                                                                 lib.ggml_mul_mat(ctx, w_up, x)))
+def swiglu(ctx, x, w_gate, w_up, w_down, product=lib.ggml_mul_mat):
+    """SwiGLU feed-forward: down(silu(gate x) * up x); `product(ctx, w, x)` is the matrix product."""
+    return product(ctx, w_down, lib.ggml_swiglu_split(ctx, product(ctx, w_gate, x), product(ctx, w_up, x)))
 
 
 def embedding(ctx, table, ids):

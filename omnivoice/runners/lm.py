@@ -43,19 +43,25 @@ class LanguageModel:
     """OmniVoice's LM loaded from an `omnivoice-lm` GGUF onto a runtime."""
 
     def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None, clamp_fp16: bool = False,
-                 stack_projections: bool | None = None) -> None:
+                 stack_projections: bool | None = None, variant: lm_graph.Variant = lm_graph.DEFAULT) -> None:
         """`stack_projections` (default: on GPUs) loads q/k/v and gate/up as one matrix each; the CPU
-        otherwise computes on the file's memory map in place, which stacking would have to copy."""
+        otherwise computes on the file's memory map in place, which stacking would have to copy.
+        `variant`: another composition of the graph (models.lm.Variant; qk_rope stacks the projections)."""
         self.runtime = runtime
         f = open_model(path, loader.ARCH)
         self.cfg = loader.read_config(f)
         if stack_projections is None:
-            stack_projections = runtime.is_gpu
-        self.weights, self.store = loader.load_weights(runtime, f, self.cfg, stack=stack_projections)
+            stack_projections = runtime.is_gpu or variant.qk_rope
+        if variant.qk_rope and not stack_projections:
+            raise ValueError("the qk_rope graph variant needs stacked projections")
+        self.variant = variant
+        self.weights, self.store = loader.load_weights(runtime, f, self.cfg, stack=stack_projections,
+                                                       joint_qk_norm=variant.qk_rope)
         # Flash attention keeps K/V in F16 on GPUs (their kernels take that and accumulate in F32); the CPU
         # kernel takes F32 K/V and then accumulates in F32 too (with F16 K/V it accumulates V in F16, 1e-2 off
-        # in the logits), 2.6x faster than the plain path at 346 positions and float32-exact.
-        self.flash_kv = types.F16 if runtime.is_gpu else types.F32
+        # in the logits), 2.6x faster than the plain path at 346 positions and float32-exact. A runtime asked
+        # for exact float32 keeps F32 K/V everywhere (Vulkan has an F32 kernel; CUDA then takes the plain path).
+        self.flash_kv = types.F16 if runtime.is_gpu and not runtime.exact_f32 else types.F32
         if flash_attn is None or flash_attn:
             supported = runtime.supports_flash_attn(self.cfg.head_dim, self.flash_kv)
             if flash_attn and not supported:
@@ -75,6 +81,20 @@ class LanguageModel:
 
     def close(self) -> None:
         self.store.close()
+
+
+def variant_constants(variant: lm_graph.Variant, L: int, spans: list[tuple[int, int]]) -> dict[str, np.ndarray]:
+    """The per-chunk constants a graph variant reads: row ids for kv_rows, the block-diagonal F16 mask
+    [L queries, L keys] of one_attention (0 within a packed prompt's segment, -inf across)."""
+    out = {}
+    if variant.kv_rows:
+        out["kv_rows"] = np.arange(L, dtype=np.int64)
+    if variant.one_attention:
+        mask = np.full((L, L), -np.inf, np.float16)
+        for s, n in spans:
+            mask[s:s + n, s:s + n] = 0
+        out["attn_mask"] = mask
+    return out
 
 
 class ChunkSession:
@@ -121,21 +141,25 @@ class ChunkSession:
         w = model.weights
         # What stays fixed for the whole chunk lives on the device from the start, like a weight: a graph
         # input would be copied from the host again at every step.
+        spans = list(zip(np.cumsum([0] + segments[:-1]).tolist(), segments))
         self.constants = WeightStore.from_arrays(model.runtime, {
-            "text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask, "pos": pos})
+            "text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask, "pos": pos,
+            **variant_constants(model.variant, L, spans)})
         c = self.constants
+        inputs = lm_graph.VariantInputs(**{n: c[n] for n in ("kv_rows", "attn_mask") if n in c})
         # Both masks are constants: a [1, L] tensor computed in the graph would, for an odd L, shift every
         # activation after it off the 64-byte lines that AVX-512 loads want (Graph.input pads inputs for the
         # same reason; the F32 step at L = 337 took 1989 ms instead of 1231).
         t_audio = g.input("audio_ids", np.int32, (C * L,))
-        spans = list(zip(np.cumsum([0] + segments[:-1]).tolist(), segments))
         h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["text_mask"],
-                                   c["pos"], spans, flash_kv, model.clamp_fp16)                   # [n_embd, L]
+                                   c["pos"], spans, flash_kv, model.clamp_fp16, model.variant,
+                                   inputs)                                                        # [n_embd, L]
 
         for i, ((c0, u0), p) in enumerate(zip(starts, self.prompts)):
             Lc, T = p.input_ids.shape[1], p.n_target
-            cond = lm_graph.audio_logits(g.ctx, w, cfg, lm_graph.columns(g.ctx, h, c0 + Lc - T, T))  # [V, C, T]
-            uncond = lm_graph.audio_logits(g.ctx, w, cfg, lm_graph.columns(g.ctx, h, u0, T))
+            cond = lm_graph.audio_logits(g.ctx, w, cfg, lm_graph.columns(g.ctx, h, c0 + Lc - T, T),
+                                         model.variant)                                            # [V, C, T]
+            uncond = lm_graph.audio_logits(g.ctx, w, cfg, lm_graph.columns(g.ctx, h, u0, T), model.variant)
             if with_logits:
                 g.output(f"cond_logits_{i}", cond)
                 g.output(f"uncond_logits_{i}", uncond)

@@ -1,0 +1,110 @@
+"""build_ext.py: reinstalls, backend switches and editable installs rebuild correctly or fail loudly (issue 13.1).
+
+The CMake runs here use tiny throw-away projects (a second each); the full `pip install` cases are run by hand
+(docs in vendor/ggml/README.md) since a ggml build takes minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+import build_ext  # noqa: E402
+
+needs_cmake = pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("ninja")),
+                                 reason="cmake and ninja are build requirements; this machine has neither")
+
+
+def project(tmp_path: Path, body: str = "") -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(f"cmake_minimum_required(VERSION 3.18)\nproject(t NONE)\n{body}\n")
+    return src
+
+
+def cache_value(build_dir: Path, key: str) -> str:
+    for line in (build_dir / "CMakeCache.txt").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return line.split("=", 1)[1]
+    raise KeyError(key)
+
+
+def test_each_configuration_builds_in_its_own_folder():
+    base = build_ext.build_key(["-DCMAKE_BUILD_TYPE=Release"], "Ninja", "a" * 64)
+    assert base == build_ext.build_key(["-DCMAKE_BUILD_TYPE=Release"], "Ninja", "a" * 64)
+    others = {build_ext.build_key(["-DGGML_CUDA=ON", "-DCMAKE_BUILD_TYPE=Release"], "Ninja", "a" * 64),
+              build_ext.build_key(["-DCMAKE_BUILD_TYPE=Release"], None, "a" * 64),
+              build_ext.build_key(["-DCMAKE_BUILD_TYPE=Release"], "Ninja", "b" * 64)}
+    assert base not in others and len(others) == 3
+
+
+def test_cmake_args_from_env(monkeypatch):
+    monkeypatch.setenv("CMAKE_ARGS", "-DGGML_CUDA=ON  '-DCMAKE_CUDA_FLAGS=-O3 -g'")
+    assert build_ext.cmake_args_from_env() == ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_FLAGS=-O3 -g",
+                                               "-DCMAKE_BUILD_TYPE=Release"]
+    monkeypatch.setenv("CMAKE_ARGS", "-DCMAKE_BUILD_TYPE=Debug")
+    assert build_ext.cmake_args_from_env() == ["-DCMAKE_BUILD_TYPE=Debug"]
+
+
+def test_requested_backends():
+    args = ["-DGGML_CUDA=ON", "-DGGML_VULKAN:BOOL=1", "-DGGML_METAL=OFF", "-DGGML_CUDA_GRAPHS=ON", "-DFOO=ON"]
+    assert build_ext.requested_backends(args) == ["ggml-cuda", "ggml-vulkan"]
+    assert build_ext.requested_backends(["-DGGML_CUDA=ON", "-DGGML_CUDA=OFF"]) == []
+
+
+@needs_cmake
+def test_reconfigure_after_the_build_tools_vanished(tmp_path, monkeypatch):
+    """The second `pip install .`: the cache names the ninja of a deleted pip build environment."""
+    src, build = project(tmp_path), tmp_path / "build"
+    overlay = tmp_path / "pip-build-env" / "bin"
+    overlay.mkdir(parents=True)
+    (overlay / "ninja").write_text(f'#!/bin/sh\nexec {shutil.which("ninja")} "$@"\n')
+    (overlay / "ninja").chmod(0o755)
+    path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", f"{overlay}{os.pathsep}{path}")
+    build_ext.configure(src, build, [], "Ninja")
+    assert cache_value(build, "CMAKE_MAKE_PROGRAM") == str(overlay / "ninja")
+
+    shutil.rmtree(tmp_path / "pip-build-env")
+    monkeypatch.setenv("PATH", path)
+    build_ext.configure(src, build, [], "Ninja")
+    assert cache_value(build, "CMAKE_MAKE_PROGRAM") == shutil.which("ninja")
+
+
+@needs_cmake
+def test_a_cache_cmake_refuses_is_replaced(tmp_path):
+    src, build = project(tmp_path), tmp_path / "build"
+    subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Unix Makefiles"], check=True,
+                   capture_output=True)
+    build_ext.configure(src, build, [], "Ninja")  # CMake alone: "generator Ninja does not match ..."
+    assert cache_value(build, "CMAKE_GENERATOR") == "Ninja"
+
+
+@needs_cmake
+def test_a_failed_first_configure_leaves_nothing(tmp_path):
+    src, build = project(tmp_path, "message(FATAL_ERROR broken)"), tmp_path / "build"
+    with pytest.raises(subprocess.CalledProcessError):
+        build_ext.configure(src, build, [], "Ninja")
+    assert not build.exists()
+
+
+@pytest.mark.skipif(not (ROOT / "vendor/ggml/src/ggml/CMakeLists.txt").exists(), reason="no fetched ggml source")
+@needs_cmake
+def test_editable_install_fails_when_the_build_fails(tmp_path):
+    """`pip install -e .` used to print a warning, exit 0 and keep the old libraries when CMake failed."""
+    env = dict(os.environ, CMAKE_ARGS=f"-DOMNIVOICE_GGML_SOURCE={tmp_path / 'nowhere'}")
+    r = subprocess.run([sys.executable, "-c", f"import build_ext; build_ext.build_editable({str(tmp_path)!r})"],
+                       cwd=ROOT, env=env, capture_output=True, text=True)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "ggml source not found" in r.stdout + r.stderr
+    assert not list(tmp_path.glob("*.whl"))
+    key = build_ext.build_key([f"-DOMNIVOICE_GGML_SOURCE={tmp_path / 'nowhere'}", "-DCMAKE_BUILD_TYPE=Release"],
+                              "Ninja", build_ext.read_lock()["sha256"])
+    assert not (ROOT / "build" / key).exists()

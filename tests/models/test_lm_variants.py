@@ -1,0 +1,77 @@
+"""The LM graph variants (models.lm.Variant, issue 18) compute what the default graph computes.
+
+They exist for speed on GPUs (fewer kernels per step, measured with tools/lm_step_time.py --variant); here,
+on the tiny checkpoint with two prompts (four packed segments), each must give the default graph's logits:
+bit for bit on the CPU where the same kernels see the same numbers in the same order, and to float32 rounding
+where the order of the sums changes (one attention call over all positions tiles the keys differently).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omnivoice.ggml import types
+from omnivoice.models.lm import Variant
+from omnivoice.runners.lm import LanguageModel
+
+from .test_lm import random_prompt
+
+ALL = "qk_rope,kv_rows,one_attention,typed_inputs"
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(18)
+    return [random_prompt(rng, 23, 17, 31), random_prompt(rng, 11, 0, 20)]
+
+
+def step(runtime, path, prompts, variant: Variant, kv_type: int | None = None):
+    lm = LanguageModel(runtime, path, stack_projections=True, variant=variant)
+    try:
+        if kv_type is not None:
+            lm.flash_kv = kv_type
+        with lm.session(prompts, 2.0, greedy=True, with_logits=True) as s:
+            return s.step([p.input_ids[:, -p.n_target:] for p in prompts])
+    finally:
+        lm.close()
+
+
+def assert_same(out, base, bitwise: bool, bound: float = 1e-6):
+    for o, b in zip(out, base):
+        np.testing.assert_array_equal(o["pred"], b["pred"])
+        for key in ("cond_logits", "uncond_logits"):
+            if bitwise:
+                np.testing.assert_array_equal(o[key], b[key])
+            else:
+                assert np.abs(o[key] - b[key]).max() / np.abs(b[key]).max() < bound
+
+
+@pytest.mark.parametrize("quant", ["f32", "bf16"])
+@pytest.mark.parametrize("names", ["qk_rope", "kv_rows", "one_attention", "typed_inputs", ALL])
+def test_variant_computes_what_the_default_graph_does(runtime, tiny_gguf, prompts, quant, names):
+    base = step(runtime, tiny_gguf[quant], prompts, Variant())
+    out = step(runtime, tiny_gguf[quant], prompts, Variant.parse(names))
+    bitwise = runtime.device.kind == "cpu" and "one_attention" not in names
+    assert_same(out, base, bitwise, 1e-6 if runtime.device.kind == "cpu" else 1e-5)
+
+
+def test_kv_rows_convert_as_the_cast_does(runtime, tiny_gguf, prompts):
+    """With F16 K/V (GPUs' flash attention type), set_rows rounds K and V as the default graph's cast."""
+    if not runtime.supports_flash_attn(16, types.F16):
+        pytest.skip(f"no F16 flash attention for head size 16 on {runtime.device.spec}")
+    base = step(runtime, tiny_gguf["f32"], prompts, Variant(), types.F16)
+    out = step(runtime, tiny_gguf["f32"], prompts, Variant(kv_rows=True), types.F16)
+    assert_same(out, base, bitwise=runtime.device.kind == "cpu", bound=1e-5)
+
+
+def test_variant_names():
+    assert Variant.parse("") == Variant() == Variant.parse("none")
+    assert Variant.parse("qk_rope, one_attention") == Variant(qk_rope=True, one_attention=True)
+    with pytest.raises(ValueError, match="qk_ropes"):
+        Variant.parse("qk_ropes")
+
+
+def test_qk_rope_needs_stacked_projections(runtime, tiny_gguf):
+    with pytest.raises(ValueError, match="stacked"):
+        LanguageModel(runtime, tiny_gguf["f32"], stack_projections=False, variant=Variant(qk_rope=True))
