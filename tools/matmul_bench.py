@@ -15,8 +15,8 @@ would choose: e.g. Q4_0 and Q4_K on AVX2). numpy and torch run in their own proc
 fixed before import (OPENBLAS_NUM_THREADS, torch.set_num_threads), float32 `W @ x` of the same shapes.
 
 GFLOP/s counts 2*M*K*N per product over the wall time; "per CPU-s" over the process's CPU time (all its
-threads), which a busy machine disturbs less: on one thread it is the kernel's own rate. Wrap timings in `flock /tmp/omnivoice-bench.lock`: on a shared machine
-the figures are only comparable within one run.
+threads), which a busy machine disturbs less: on one thread it is the kernel's own rate. On a shared machine
+run it under tools/bench_lock.sh; figures are only comparable within one run.
 """
 
 from __future__ import annotations
@@ -171,7 +171,8 @@ print(json.dumps(out))
 
 def time_foreign(python: str, which: str, shapes: list[tuple[int, int, int]], threads: int, repeats: int
                  ) -> list[tuple[float, float]]:
-    """Median (wall, process CPU) seconds per shape of float32 W @ x in numpy or torch, in a process of `python` on `threads`."""
+    """Median (wall, process CPU) seconds per shape of float32 W @ x in numpy or torch, in a process of `python`
+    on `threads`."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads),
                MKL_NUM_THREADS=str(threads))
     cfg = json.dumps({"lib": which, "threads": threads, "shapes": shapes, "repeats": repeats})
@@ -220,7 +221,8 @@ def main() -> int:
                 for (name, K, M, N), s in zip(shapes, secs):
                     rows.append(row(which, "f32", t, name, K, M, N, s))
 
-    print("| library | weights | threads | " + " | ".join(f"{n} {M}x{K}x{N} ms (GFLOP/s; per CPU-s)" for n, K, M, N in shapes)
+    print("| library | weights | threads | "
+          + " | ".join(f"{n} {M}x{K}x{N} ms (GFLOP/s; per CPU-s)" for n, K, M, N in shapes)
           + " | LM step's products ms | same, CPU s |")
     print("|" + "---|" * (5 + len(shapes)))
     keys = list(dict.fromkeys((r["lib"], r["type"], r["threads"]) for r in rows))
@@ -231,7 +233,8 @@ def main() -> int:
         cells = [f"{mine[n]['ms']:.1f} ({mine[n]['gflops']:.0f}; {mine[n]['gflop_per_cpu_s']:.0f})" if n in mine
                  else "—" for n, *_ in shapes]
         full = len(mine) == len(SHAPES)
-        print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + f" | {step:.0f}{'' if full else ' (part)'} | {cpu:.2f} |")
+        print(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells)
+              + f" | {step:.0f}{'' if full else ' (part)'} | {cpu:.2f} |")
     print(f"# load average after {os.getloadavg()[0]:.2f}")
     if args.json:
         with args.json.open("a") as f:
