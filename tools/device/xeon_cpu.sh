@@ -12,12 +12,15 @@
 # Budget: build ~1.5 min beside the checkpoint (~1 min), conversions ~1 min, then 16 threads (auto5 and clone5)
 # and 2 threads (auto5; QUANTS_T2 only), each stopped at its share of BUDGET_S (540 s); bench.py writes its
 # report after every case, so a cut run keeps what it measured. Knobs: QUANTS (f32,f16,bf16,q8_0), QUANTS_T2
-# (f32,f16), STEPS (8), REPEATS (1), WARMUP (1).
+# (f32,f16), STEPS (8), REPEATS (1), WARMUP (1); for a local check of this script's CPU path: PRESET=tiny,
+# CPU_LIB_DIR (an existing build instead of compiling), REF_PYTHON (an interpreter with the reference), and
+# $W/site/.done made by hand where the interpreter already has our dependencies.
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
 start=$(date +%s); left() { echo $(( ${BUDGET_S:-540} - ($(date +%s) - start) )); }
 log() { echo "[xeon_cpu +$(( $(date +%s) - start ))s] $*" >&2; }
 W=${BENCH_WORK:-/tmp/ovbench}; mkdir -p "$W"
+PRESET=${PRESET:-full}; REF_PYTHON=${REF_PYTHON:-python3}
 QUANTS=${QUANTS:-f32,f16,bf16,q8_0}; QUANTS_T2=${QUANTS_T2:-f32,f16}; STEPS=${STEPS:-8}; REPEATS=${REPEATS:-1}; WARMUP=${WARMUP:-1}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 
@@ -37,15 +40,20 @@ export PYTHONPATH=$W/site
 
 # 2. The checkpoint (no ggml needed) beside the CPU build.
 [ -f "$W/ckpt/audio_tokenizer/model.safetensors" ] ||
-  python3 tools/make_checkpoint.py --preset full --seed 0 -o "$W/ckpt" > "$OUT/checkpoint.log" 2>&1 &
+  python3 tools/make_checkpoint.py --preset "$PRESET" --seed 0 -o "$W/ckpt" > "$OUT/checkpoint.log" 2>&1 &
 ckpt_pid=$!
-log "build ggml (CPU only, native)"
-python3 -c "import build_ext; build_ext.fetch()" > "$OUT/build-cpu.log" 2>&1 &&
-  cmake -S . -B build/cpu-native -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_VULKAN=OFF \
-    >> "$OUT/build-cpu.log" 2>&1 &&
-  cmake --build build/cpu-native -j "$(nproc)" >> "$OUT/build-cpu.log" 2>&1 || { tail -30 "$OUT/build-cpu.log"; exit 1; }
-[ -f omnivoice/ggml/_cdef.h ] || python3 -c "import build_ext; build_ext.write_cdef()" >> "$OUT/build-cpu.log" 2>&1 || exit 1
-export OMNIVOICE_GGML_LIB_DIR=$PWD/build/cpu-native/lib
+if [ -n "${CPU_LIB_DIR:-}" ]; then
+  export OMNIVOICE_GGML_LIB_DIR=$CPU_LIB_DIR
+else
+  log "build ggml (CPU only, native)"
+  python3 -c "import build_ext; build_ext.fetch()" > "$OUT/build-cpu.log" 2>&1 &&
+    cmake -S . -B build/cpu-native -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_VULKAN=OFF \
+      >> "$OUT/build-cpu.log" 2>&1 &&
+    cmake --build build/cpu-native -j "$(nproc)" >> "$OUT/build-cpu.log" 2>&1 || { tail -30 "$OUT/build-cpu.log"; exit 1; }
+  [ -f omnivoice/ggml/_cdef.h ] || python3 -c "import build_ext; build_ext.write_cdef()" >> "$OUT/build-cpu.log" 2>&1 ||
+    exit 1
+  export OMNIVOICE_GGML_LIB_DIR=$PWD/build/cpu-native/lib
+fi
 python3 -c "from omnivoice.ggml import list_devices; print([d.description for d in list_devices()])" >&2 || exit 1
 wait $ckpt_pid || { tail -20 "$OUT/checkpoint.log"; exit 1; }
 
@@ -59,7 +67,7 @@ bench.convert(pathlib.Path('$W/ckpt'), pathlib.Path('$W/gguf-cpu'), '$QUANTS'.sp
 bench() {  # threads cases seconds quants
   log "bench at $1 threads ($2; $4), $3 s"
   timeout --signal=TERM --kill-after=20 "$3" python3 tools/bench.py --checkpoint "$W/ckpt" --gguf-dir "$W/gguf-cpu" \
-    --backend cpu --threads "$1" --quant "$4" --ref-python python3 --ref-pythonpath "$W/ref-site" \
+    --backend cpu --threads "$1" --quant "$4" --ref-python "$REF_PYTHON" --ref-pythonpath "$W/ref-site" \
     --ref-dtype float32 --cases "$2" --steps "$STEPS" --repeats "$REPEATS" --warmup "$WARMUP" --timeout 240 \
     --json "$OUT/xeon-cpu-T$1.json" --markdown "$OUT/xeon-cpu-T$1.md" 2>&1 | tee "$OUT/xeon-cpu-T$1.log" | tail -30
 }
