@@ -102,6 +102,7 @@ class _Builder:
         """A DAC conv with its weight rearranged for channels-last activations (nn.conv_weight_cl; a transposed
         conv's [IC, K * OC], whose bias has n_out entries, by nn.conv_transpose_weight_cl), added as NAME.cl."""
         name = N.tensor(module, N.WEIGHT, **ix)
+        self.t.info(name, ne, F32)
         values = self.t.values(name, ne)
         cl = nn.conv_transpose_weight_cl(values, n_out) if n_out else nn.conv_weight_cl(values)
         return Conv(self.t.store.add_array(name + ".cl", cl),
