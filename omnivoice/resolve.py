@@ -52,13 +52,24 @@ def cache_dir() -> Path:
     return Path(os.environ.get("OMNIVOICE_CACHE", Path.home() / ".cache" / "omnivoice")).expanduser()
 
 
-def default_quant(backend_name: str) -> str:
-    """The LM weight type a checkpoint is converted to when none is named, by backend (measured on an H200 and
-    a 2-core Zen 4, BENCHMARKS.md): BF16 on CUDA (cuBLAS accumulates it in F32; LM step 4.0 ms against 4.7 for
-    F32 with TF32 and 5.0 for F16, whose products cuBLAS accumulates in F16), F16 on other GPUs (Vulkan's BF16
-    products are 4x slower than its F16 ones), F32 on the CPU (the reference's own precision: same tokens)."""
+def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None) -> str:
+    """The LM weight type a checkpoint is converted to when none is named, by backend (measured on an H200, a
+    2-core Zen 4 and a 2-core Zen 3, BENCHMARKS.md): BF16 on CUDA (cuBLAS accumulates it in F32; LM step 4.0 ms
+    against 4.7 for F32 with TF32 and 5.0 for F16, whose products cuBLAS accumulates in F16), F16 on other GPUs
+    (Vulkan's BF16 products are 4x slower than its F16 ones). On the CPU, by the features of its kernels
+    (`cpu_features`, default: this build's): BF16 with AVX-512 BF16 (ggml's BF16 dot products: LM step 1.9x
+    faster than F32 on the Zen 4), F16 with AVX2 and F16C (llamafile's F16 GEMM: 1.44x on the Zen 3 at 99.0 %
+    teacher-forced agreement with F32, where BF16 and Q8_0 are no faster than F32 and agree 94.1 / 85.6 %),
+    else F32. F32, the reference's own precision, is `quant="f32"`."""
     name = backend_name.lower()
-    return "bf16" if name == "cuda" else "f32" if name == "cpu" else "f16"
+    if name != "cpu":
+        return "bf16" if name == "cuda" else "f16"
+    if cpu_features is None:
+        from .ggml.backend import cpu_features as features
+        cpu_features = features()
+    if "AVX512_BF16" in cpu_features:
+        return "bf16"
+    return "f16" if {"AVX2", "F16C"} <= cpu_features else "f32"
 
 
 # ------------------------------------------------------------------------------------------------ resolution

@@ -119,7 +119,10 @@ def test_checkpoint_is_converted_to_the_backends_weight_type(tiny_checkpoint, tm
     with omnivoice.OmniVoice(str(tiny_checkpoint), backend=runtime.device.spec) as ov:
         quant = default_quant(runtime.device.backend)
         assert ov.model_path.name == f"omnivoice-base-{quant.upper()}.gguf"
-    assert (default_quant("CPU"), default_quant("CUDA"), default_quant("Vulkan")) == ("f32", "bf16", "f16")
+    assert (default_quant("CUDA"), default_quant("Vulkan")) == ("bf16", "f16")
+    assert default_quant("CPU", frozenset({"AVX2", "F16C", "FMA", "AVX512", "AVX512_BF16"})) == "bf16"
+    assert default_quant("CPU", frozenset({"AVX2", "F16C", "FMA"})) == "f16"
+    assert default_quant("CPU", frozenset({"SSE3", "AVX"})) == default_quant("CPU", frozenset({"NEON"})) == "f32"
 
 
 def test_repo_id_offline_and_not_cached_is_a_download_error(monkeypatch, tmp_path):

@@ -135,6 +135,25 @@ def find_device(spec: str) -> tuple[Device, object]:
     return matches[index]
 
 
+def cpu_features() -> frozenset[str]:
+    """The SIMD features that this build's CPU kernels use (ggml's own names: AVX2, F16C, FMA, AVX512,
+    AVX512_BF16, AVX512_VNNI, AMX_INT8, NEON, FP16_VA, MATMUL_INT8, SVE, ...). The CPU backend is compiled for
+    the machine it was built on, so these are that CPU's."""
+    load_backends()
+    reg = lib.ggml_backend_dev_backend_reg(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU))
+    fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_get_features")
+    if fn == ffi.NULL:
+        return frozenset()
+    feats = ffi.cast("ggml_backend_get_features_t", fn)(reg)
+    names = set()
+    i = 0
+    while feats[i].name != ffi.NULL:
+        if ffi.string(feats[i].value) not in (b"0", b""):
+            names.add(ffi.string(feats[i].name).decode())
+        i += 1
+    return frozenset(names)
+
+
 class Runtime:
     """The backends one model runs on: the chosen device plus the CPU as the scheduler's fallback.
 

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import nn
 from ..ggml import Runtime, WeightStore, types
 from ..gguf import GGUFFile, keys as K, names as N
 from ..gguf.layouts import CONV_TRANSPOSE_LAYOUT
@@ -81,8 +82,8 @@ def read_config(f: GGUFFile) -> CodecConfig:
 class _Builder:
     """Records of the codec's modules from a TensorLoader; every tensor F32 and of the shape given."""
 
-    def __init__(self, t: TensorLoader, snake_eps: float) -> None:
-        self.t, self.eps = t, np.float32(snake_eps)
+    def __init__(self, t: TensorLoader, snake_eps: float, cpu: bool = False) -> None:
+        self.t, self.eps, self.cpu = t, np.float32(snake_eps), cpu
 
     def conv(self, module: str, ne: tuple, bias: bool = True, n_out: int | None = None, **ix) -> Conv:
         """A conv (or transposed conv, whose bias has n_out entries) with weight ne and, when `bias`, [OC]."""
@@ -97,19 +98,29 @@ class _Builder:
         return Norm(self.t.get(N.tensor(module, N.WEIGHT, **ix), (c,), F32),
                     self.t.get(N.tensor(module, N.BIAS, **ix), (c,), F32))
 
+    def dac_conv(self, module: str, ne: tuple, n_out: int | None = None, **ix) -> Conv:
+        """A DAC conv with its weight rearranged for channels-last activations (nn.conv_weight_cl; a transposed
+        conv's [IC, K * OC], whose bias has n_out entries, by nn.conv_transpose_weight_cl), added as NAME.cl."""
+        name = N.tensor(module, N.WEIGHT, **ix)
+        self.t.info(name, ne, F32)
+        values = self.t.values(name, ne)
+        cl = nn.conv_transpose_weight_cl(values, n_out) if n_out else nn.conv_weight_cl(values)
+        return Conv(self.t.store.add_array(name + ".cl", cl),
+                    self.t.get(N.tensor(module, N.BIAS, **ix), (n_out or ne[-1],), F32))
+
     def snake(self, module: str, c: int, *path: str, **ix) -> dac.Snake:
         alpha = N.tensor(module, *path, N.ALPHA, **ix)
         # in float32 as the reference computes it
         inv_beta = np.float32(1.0) / (self.t.values(alpha, (1, c, 1)) + self.eps)
         return dac.Snake(self.t.get(alpha, (1, c, 1), F32),
-                         self.t.store.add_array(N.tensor(module, *path, N.INV_BETA, **ix), inv_beta))
+                         self.t.store.add_array(N.tensor(module, *path, N.INV_BETA, **ix), inv_beta), self.cpu)
 
     def res_unit(self, module: str, c: int, k: int, **ix) -> dac.ResidualUnit:
         return dac.ResidualUnit(
             snake1=self.snake(module, c, N.RES_SNAKE1, **ix),
-            conv1=self.conv(f"{module}.{N.RES_CONV1}", (k, c, c), **ix),
+            conv1=self.dac_conv(f"{module}.{N.RES_CONV1}", (k, c, c), **ix),
             snake2=self.snake(module, c, N.RES_SNAKE2, **ix),
-            conv2=self.conv(f"{module}.{N.RES_CONV2}", (1, c, c), **ix))
+            conv2=self.dac_conv(f"{module}.{N.RES_CONV2}", (1, c, c), **ix))
 
 
 def _hubert(b: _Builder, m: Metadata, cfg: HubertConfig) -> hubert.HubertWeights:
@@ -161,10 +172,10 @@ def _dac_encoder(b: _Builder, m: Metadata, cfg: CodecConfig, A: int) -> dac.DacE
     for i, s in enumerate(cfg.downsampling_ratios):
         blocks.append(dac.EncoderBlock(
             res_units=tuple(b.res_unit(N.DAC_ENC_RES_UNIT, c, k_res, i=i, j=j + 1) for j in range(len(dac.DILATIONS))),
-            snake1=b.snake(N.DAC_ENC_SNAKE, c, i=i), conv1=b.conv(N.DAC_ENC_CONV, (2 * s, c, 2 * c), i=i)))
+            snake1=b.snake(N.DAC_ENC_SNAKE, c, i=i), conv1=b.dac_conv(N.DAC_ENC_CONV, (2 * s, c, 2 * c), i=i)))
         c *= 2
-    return dac.DacEncoder(conv1=b.conv(N.DAC_ENC_CONV_IN, (k_in, 1, E)), blocks=tuple(blocks),
-                          snake1=b.snake(N.DAC_ENC_SNAKE_OUT, c), conv2=b.conv(N.DAC_ENC_CONV_OUT, (k_out, c, A)))
+    return dac.DacEncoder(conv1=b.dac_conv(N.DAC_ENC_CONV_IN, (k_in, 1, E)), blocks=tuple(blocks),
+                          snake1=b.snake(N.DAC_ENC_SNAKE_OUT, c), conv2=b.dac_conv(N.DAC_ENC_CONV_OUT, (k_out, c, A)))
 
 
 def _dac_decoder(b: _Builder, m: Metadata, cfg: CodecConfig, A: int) -> dac.DacDecoder:
@@ -176,12 +187,12 @@ def _dac_decoder(b: _Builder, m: Metadata, cfg: CodecConfig, A: int) -> dac.DacD
         # the transposed conv's weight in the stored layout [IC, K * OC], K = 2 s
         blocks.append(dac.DecoderBlock(
             snake1=b.snake(N.DAC_DEC_SNAKE, c, i=i),
-            conv_t1=b.conv(N.DAC_DEC_CONV_T, (c, 2 * s * (c // 2)), n_out=c // 2, i=i),
+            conv_t1=b.dac_conv(N.DAC_DEC_CONV_T, (c, 2 * s * (c // 2)), n_out=c // 2, i=i),
             res_units=tuple(b.res_unit(N.DAC_DEC_RES_UNIT, c // 2, k_res, i=i, j=j + 1)
                             for j in range(len(dac.DILATIONS)))))
         c //= 2
-    return dac.DacDecoder(conv1=b.conv(N.DAC_DEC_CONV_IN, (k_in, A, D)), blocks=tuple(blocks),
-                          snake1=b.snake(N.DAC_DEC_SNAKE_OUT, c), conv2=b.conv(N.DAC_DEC_CONV_OUT, (k_in, c, 1)))
+    return dac.DacDecoder(conv1=b.dac_conv(N.DAC_DEC_CONV_IN, (k_in, A, D)), blocks=tuple(blocks),
+                          snake1=b.snake(N.DAC_DEC_SNAKE_OUT, c), conv2=b.dac_conv(N.DAC_DEC_CONV_OUT, (k_in, c, 1)))
 
 
 def _codebook(b: _Builder, k: int, H: int, dim: int, size: int, encode: bool) -> rvq.Codebook:
@@ -214,7 +225,7 @@ def load_weights(runtime: Runtime, f: GGUFFile, cfg: CodecConfig, parts: Sequenc
     dim, size = m.int(K.CODEBOOK_DIM), cfg.codebook_size
     store = WeightStore(runtime, f.path, f.metadata, region=f.data)
     try:
-        b = _Builder(TensorLoader(f, store), cfg.snake_eps)
+        b = _Builder(TensorLoader(f, store), cfg.snake_eps, cpu=not runtime.is_gpu)
         fields = dict(quantizers=tuple(_codebook(b, k, H, dim, size, encode) for k in range(cfg.n_quantizers)))
         if "decode" in parts:
             fields.update(fc2=b.linear(N.FC2, H, A), decoder=_dac_decoder(b, m, cfg, A))

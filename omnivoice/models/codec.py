@@ -84,12 +84,14 @@ def build_decode(ctx, w: CodecWeights, cfg: CodecConfig, codes):
     """codes int32 [T, n_q] (numpy [n_q, T]) -> audio [T * hop, 1]."""
     latent = rvq.decode(ctx, w.quantizers, codes)                                 # [1024, T]
     x = named(nn.linear(ctx, latent, w.fc2.weight, w.fc2.bias), "fc2_out")       # [256, T]
-    audio = dac.decode(ctx, w.decoder, nn.transpose(ctx, x), cfg.upsampling_ratios)  # [T * hop, 1]
+    audio = dac.decode(ctx, w.decoder, x, cfg.upsampling_ratios)                 # [1, T * hop]
+    audio = lib.ggml_reshape_2d(ctx, audio, audio.ne[1], 1)                       # [T * hop, 1]
     return lib.ggml_tanh(ctx, audio) if cfg.decoder_tanh else audio
 
 
 def build_encode(ctx, w: CodecWeights, cfg: CodecConfig, audio, audio16, pad_acoustic: bool) -> dict:
-    """audio [N] at 24 kHz and its 16 kHz resampling [M] -> {"codes": [n_q x int32 [T]], intermediates}."""
+    """audio [N] at 24 kHz and its 16 kHz resampling [M] -> {"codes": [n_q x int32 [T]], intermediates
+    (semantic_features [768, T], e_semantic and e_acoustic [T, C], latent [1024, T])}."""
     p16 = cfg.semantic_input_pad
     x16 = lib.ggml_pad_ext(ctx, audio16, p16, p16, 0, 0, 0, 0, 0, 0)              # [M + 320]
     feats = hubert.mean_hidden_state(ctx, w.hubert, cfg.hubert, x16)              # [768, T_h]
@@ -100,11 +102,12 @@ def build_encode(ctx, w: CodecWeights, cfg: CodecConfig, audio, audio16, pad_aco
     if pad_acoustic:
         pad = cfg.acoustic_input_pad
         audio = lib.ggml_pad_ext(ctx, audio, pad, pad, 0, 0, 0, 0, 0, 0)          # [N + 960]
-    e_acoustic = dac.encode(ctx, w.encoder, audio, cfg.downsampling_ratios)       # [T, 256]
-    x = lib.ggml_concat(ctx, e_acoustic, e_semantic, 1)                           # [T, 1024]
-    latent = named(nn.linear(ctx, nn.transpose(ctx, x), w.fc.weight, w.fc.bias), "fc_out")  # [1024, T]
+    audio = lib.ggml_reshape_2d(ctx, audio, 1, audio.ne[0])                       # [1, N]
+    e_acoustic = dac.encode(ctx, w.encoder, audio, cfg.downsampling_ratios)       # [256, T]
+    x = lib.ggml_concat(ctx, e_acoustic, nn.transpose(ctx, e_semantic), 0)        # [1024, T]
+    latent = named(nn.linear(ctx, x, w.fc.weight, w.fc.bias), "fc_out")           # [1024, T]
     return {"codes": rvq.encode(ctx, w.quantizers, latent), "semantic_features": feats,
-            "e_semantic": e_semantic, "e_acoustic": e_acoustic, "latent": latent}
+            "e_semantic": e_semantic, "e_acoustic": nn.transpose(ctx, e_acoustic), "latent": latent}
 
 
 def encode_plan(w: CodecWeights, cfg: CodecConfig, n_samples: int, n_samples16: int) -> tuple[int, bool]:
@@ -121,8 +124,8 @@ def encode_plan(w: CodecWeights, cfg: CodecConfig, n_samples: int, n_samples16: 
     if n_frames < 1:
         raise ValueError(f"audio of {n_samples} samples is too short to encode (HuBERT makes no frame of it)")
     enc = w.encoder
-    layers = dac.encoder_conv_layers([enc.conv1.weight.ne[0], enc.blocks[0].res_units[0].conv1.weight.ne[0],
-                                      enc.conv2.weight.ne[0]], cfg.downsampling_ratios)
+    layers = dac.encoder_conv_layers([enc.conv1.weight.ne[1], enc.blocks[0].res_units[0].conv1.weight.ne[1],
+                                      enc.conv2.weight.ne[1]], cfg.downsampling_ratios)   # [IC, K, OC]
     if dac.conv_output_length(n_samples, layers) == n_frames:
         return n_frames, False
     padded = dac.conv_output_length(n_samples + 2 * cfg.acoustic_input_pad, layers)

@@ -1,9 +1,12 @@
 """The DAC acoustic encoder and decoder of the Higgs Audio v2 codec, as ggml graphs.
 
-Activations are conv layout [T, C] (time contiguous). Weights come as records (`DacEncoder`, `DacDecoder`)
-that omnivoice.loaders.codec fills from the GGUF (`acoustic_encoder.*`, `acoustic_decoder.*`, weight norm
-already folded by the checkpoint), each Snake's `inv_beta` = 1 / (alpha + 1e-9) made at load time. Kernel sizes
-and channel counts come from the weights, strides from the config (the checkpoint's ratios 8 5 4 2 3).
+Activations are channels-last [C, T] (channels contiguous, nn.conv1d_cl). Weights come as records
+(`DacEncoder`, `DacDecoder`) that omnivoice.loaders.codec fills from the GGUF (`acoustic_encoder.*`,
+`acoustic_decoder.*`, weight norm already folded by the checkpoint), made at load time: each Snake's
+`inv_beta` = 1 / (alpha + 1e-9), and every conv weight of kernel > 1 rearranged for channels-last
+(nn.conv_weight_cl, nn.conv_transpose_weight_cl). `cpu` says the graph runs on the CPU backend, where Snake is
+one custom node (nn.snake). Kernel sizes and channel counts come from the weights, strides from the config
+(the checkpoint's ratios 8 5 4 2 3).
 
 Decoder (the reference's DacDecoder with HiggsAudioV2's changes: output_padding = stride % 2, no tanh):
     conv1 k7 -> 5 x [snake, conv_transpose (k 2s, stride s, pad ceil(s/2)), 3 residual units] -> snake -> conv2 k7
@@ -29,20 +32,21 @@ DILATIONS = (1, 3, 9)  # of the three residual units of every block
 class Snake:
     alpha: Tensor       # [1, C, 1]
     inv_beta: Tensor    # [1, C, 1]: 1 / (alpha + eps), made at load
+    cpu: bool = False   # the graph runs on the CPU backend
 
 
 @dataclass(frozen=True)
 class ResidualUnit:
     snake1: Snake
-    conv1: Conv         # [7, C, C], dilated
+    conv1: Conv         # [C, 7, C] (channels-last), dilated
     snake2: Snake
-    conv2: Conv         # [1, C, C]
+    conv2: Conv         # [C, 1, C]
 
 
 @dataclass(frozen=True)
 class DecoderBlock:
     snake1: Snake
-    conv_t1: Conv       # transposed, stored [IC, K * OC] (K = 2 stride), OC = IC / 2
+    conv_t1: Conv       # transposed, [IC, K * OC] with oc fastest (K = 2 stride), OC = IC / 2
     res_units: tuple[ResidualUnit, ...]
 
 
@@ -50,81 +54,86 @@ class DecoderBlock:
 class EncoderBlock:
     res_units: tuple[ResidualUnit, ...]
     snake1: Snake
-    conv1: Conv         # [2 stride, C, 2 C]
+    conv1: Conv         # [C, 2 stride, 2 C]
 
 
 @dataclass(frozen=True)
 class DacDecoder:
-    conv1: Conv         # [7, hidden, C0]
+    conv1: Conv         # [hidden, 7, C0]
     blocks: tuple[DecoderBlock, ...]
     snake1: Snake
-    conv2: Conv         # [7, C_last, 1]
+    conv2: Conv         # [C_last, 7, 1]
 
 
 @dataclass(frozen=True)
 class DacEncoder:
-    conv1: Conv         # [7, 1, C0]
+    conv1: Conv         # [1, 7, C0]
     blocks: tuple[EncoderBlock, ...]
     snake1: Snake
-    conv2: Conv         # [3, C_last, hidden]
+    conv2: Conv         # [C_last, 3, hidden]
 
 
 def snake(ctx, s: Snake, x):
-    """Snake1d on x [T, C]."""
-    return nn.snake(ctx, x, s.alpha, s.inv_beta)
+    """Snake1d on x [C, T]."""
+    C = x.ne[0]
+    alpha, inv_beta = (lib.ggml_reshape_1d(ctx, t, C) for t in (s.alpha, s.inv_beta))   # [C]
+    return nn.snake(ctx, x, alpha, inv_beta, cpu=s.cpu)
 
 
-def conv(ctx, c: Conv, x, stride: int = 1, padding: int | None = None, dilation: int = 1):
-    """Conv1d with bias; `padding` defaults to 'same' for odd kernels: (K - 1) // 2 * dilation."""
+def conv(ctx, c: Conv, x, stride: int = 1, padding: int | None = None, dilation: int = 1, cpu: bool = False):
+    """Conv1d with bias on x [IC, T], weight [IC, K, OC]; `padding` defaults to 'same' for odd kernels:
+    (K - 1) // 2 * dilation."""
     if padding is None:
-        padding = (c.weight.ne[0] - 1) // 2 * dilation
-    return nn.conv1d(ctx, x, c.weight, c.bias, stride=stride, padding=padding, dilation=dilation)
+        padding = (c.weight.ne[1] - 1) // 2 * dilation
+    return nn.conv1d_cl(ctx, x, c.weight, c.bias, stride=stride, padding=padding, dilation=dilation, cpu=cpu)
 
 
 def residual_unit(ctx, u: ResidualUnit, x, dilation: int):
-    """DacResidualUnit: x [T, C] -> [T, C]."""
+    """DacResidualUnit: x [C, T] -> [C, T]."""
     y = snake(ctx, u.snake1, x)
-    y = conv(ctx, u.conv1, y, dilation=dilation)
+    y = conv(ctx, u.conv1, y, dilation=dilation, cpu=u.snake1.cpu)
     y = snake(ctx, u.snake2, y)
-    y = conv(ctx, u.conv2, y)
+    y = conv(ctx, u.conv2, y, cpu=u.snake1.cpu)
     return lib.ggml_add(ctx, x, y)
 
 
 def decoder_block(ctx, b: DecoderBlock, x, stride: int):
-    """DacDecoderBlock: x [T, IC] -> [stride * T, IC / 2]."""
+    """DacDecoderBlock: x [IC, T] -> [IC / 2, stride * T]."""
     x = snake(ctx, b.snake1, x)
-    x = nn.conv_transpose1d(ctx, x, b.conv_t1.weight, b.conv_t1.bias, stride=stride,
-                            padding=math.ceil(stride / 2), output_padding=stride % 2,
-                            out_channels=b.conv_t1.bias.ne[0])
+    x = nn.conv_transpose1d_cl(ctx, x, b.conv_t1.weight, b.conv_t1.bias, stride=stride,
+                               padding=math.ceil(stride / 2), output_padding=stride % 2,
+                               out_channels=b.conv_t1.bias.ne[0])
     for unit, d in zip(b.res_units, DILATIONS):
         x = residual_unit(ctx, unit, x, d)
     return x
 
 
 def decode(ctx, w: DacDecoder, latent, upsampling_ratios: tuple[int, ...]):
-    """DAC decoder: latent [T, hidden] -> audio [T * prod(ratios), 1]."""
-    x = named(conv(ctx, w.conv1, latent), "dec_conv_in")                            # [T, C0]
+    """DAC decoder: latent [hidden, T] -> audio [1, T * prod(ratios)]."""
+    cpu = w.snake1.cpu
+    x = named(conv(ctx, w.conv1, latent, cpu=cpu), "dec_conv_in")                   # [C0, T]
     for i, (block, stride) in enumerate(zip(w.blocks, upsampling_ratios)):
-        x = named(decoder_block(ctx, block, x, stride), "dec_block", i)              # [T * s, C / 2]
+        x = named(decoder_block(ctx, block, x, stride), "dec_block", i)              # [C / 2, T * s]
     x = snake(ctx, w.snake1, x)
-    return named(conv(ctx, w.conv2, x), "dec_out")                                  # [T * hop, 1]
+    return named(conv(ctx, w.conv2, x, cpu=cpu), "dec_out")                         # [1, T * hop]
 
 
 def encoder_block(ctx, b: EncoderBlock, x, stride: int):
-    """DacEncoderBlock: x [T, C] -> [T / stride, 2 C]."""
+    """DacEncoderBlock: x [C, T] -> [2 C, T / stride]."""
     for unit, d in zip(b.res_units, DILATIONS):
         x = residual_unit(ctx, unit, x, d)
     x = snake(ctx, b.snake1, x)
-    return conv(ctx, b.conv1, x, stride=stride, padding=math.ceil(stride / 2))
+    return conv(ctx, b.conv1, x, stride=stride, padding=math.ceil(stride / 2), cpu=b.snake1.cpu)
 
 
 def encode(ctx, w: DacEncoder, audio, downsampling_ratios: tuple[int, ...]):
-    """DAC encoder: audio [N, 1] -> [N / hop, hidden] (lengths as PyTorch's conv arithmetic gives them)."""
-    x = named(conv(ctx, w.conv1, audio), "enc_conv_in")                             # [N, C0]
+    """DAC encoder: audio [1, N] -> [hidden, N / hop] (lengths as PyTorch's conv arithmetic gives them)."""
+    cpu = w.snake1.cpu
+    x = named(conv(ctx, w.conv1, audio, cpu=cpu), "enc_conv_in")                   # [C0, N]
     for i, (block, stride) in enumerate(zip(w.blocks, downsampling_ratios)):
-        x = named(encoder_block(ctx, block, x, stride), "enc_block", i)              # [T / s, 2 C]
+        x = named(encoder_block(ctx, block, x, stride), "enc_block", i)              # [2 C, T / s]
     x = snake(ctx, w.snake1, x)
-    return named(conv(ctx, w.conv2, x), "enc_out")                                  # [N / hop, hidden]
+    return named(conv(ctx, w.conv2, x, cpu=cpu), "enc_out")                         # [hidden, N / hop]
 
 
 def encoder_conv_layers(kernels: list[int], downsampling_ratios: tuple[int, ...]) -> list[tuple[int, int, int, int]]:

@@ -1,8 +1,21 @@
-"""Convolutions over time and the Snake activation; activations are [T, C] (time contiguous)."""
+"""Convolutions over time and the Snake activation.
+
+Two activation layouts: [T, C] (time contiguous, ggml ne order; `conv1d`, `conv_transpose1d`: im2col + GEMM,
+what HuBERT and the semantic encoder use) and channels-last [C, T] (`conv1d_cl`, `conv_transpose1d_cl`: the DAC
+codec). In channels-last a kernel-1 conv is one product on the activation itself, a kernel-K conv one product on
+K shifted views of it copied side by side (plain row copies, where im2col gathers scalars across channel rows,
+and its threads share cache lines), and a transposed conv one product plus one add of two views. With Snake as
+one CPU node (`snake(cpu=True)`) the decoder's graph for 5 s of audio went from 2.69 to 1.60 s on the 2-core
+Zen 3 (tools/op_profile.py; BENCHMARKS.md).
+"""
 
 from __future__ import annotations
 
-from ..ggml import lib, types
+import logging
+
+import numpy as np
+
+from ..ggml import ffi, lib, types
 from .basic import add_bias
 
 
@@ -46,13 +59,161 @@ def conv_transpose1d(ctx, x, w, b, stride: int, padding: int, output_padding: in
     return add_bias(ctx, y, b, axis=1) if b is not None else lib.ggml_cont(ctx, y)
 
 
-def snake(ctx, x, alpha, inv_beta):
-    """Snake x + sin(alpha x)^2 / (alpha + 1e-9) as the five-node chain that GPU backends fuse.
+def conv_weight_cl(w: np.ndarray) -> np.ndarray:
+    """A Conv1d weight for `conv1d_cl`: torch (OC, IC, K) -> (OC, K, IC), i.e. ggml [IC, K, OC] (tap-major rows)."""
+    return np.ascontiguousarray(np.asarray(w).transpose(0, 2, 1))
 
-    x [T, C] contiguous; alpha and inv_beta F32 [1, C] (inv_beta precomputed at load time).
+
+def conv_transpose_weight_cl(stored: np.ndarray, out_channels: int) -> np.ndarray:
+    """A ConvTranspose1d weight for `conv_transpose1d_cl` from the stored layout (omnivoice.gguf.layouts):
+    (OC*K, IC) with row oc*K + k -> (K*OC, IC) with row k*OC + oc (ggml [IC, K*OC], oc fastest)."""
+    rows, ic = stored.shape
+    k = rows // out_channels
+    return np.ascontiguousarray(np.asarray(stored).reshape(out_channels, k, ic).transpose(1, 0, 2).reshape(rows, ic))
+
+
+def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: int = 1, cpu: bool = False):
+    """PyTorch Conv1d on channels-last activations: x [IC, T], w [IC, K, OC] (`conv_weight_cl`) -> [OC, T_out].
+
+    The columns of output t are the K input columns t*stride + k*dilation - padding (zeros outside x), IC
+    contiguous values each, copied side by side into [IC*K, T_out] (kernel 1, stride 1, no padding needs no
+    copy at all); then one product does every tap at once. `cpu`: the graph runs on the CPU backend, where the
+    columns start as an empty custom node (elsewhere as zeros, a repeat).
     """
+    IC, T = x.ne[0], x.ne[1]
+    K, OC = w.ne[1], w.ne[2]
+    if w.ne[0] != IC:
+        raise ValueError(f"conv1d_cl: weight {w.ne[0]}x{K}x{OC} does not fit {IC} input channels")
+    t_out = (T + 2 * padding - dilation * (K - 1) - 1) // stride + 1
+    if t_out < 1:
+        raise ValueError(f"conv1d_cl: {T} samples are too few for kernel {K}, dilation {dilation}")
+    w2 = lib.ggml_reshape_2d(ctx, w, IC * K, OC)                                     # [IC*K, OC]
+    if K == 1 and stride == 1 and padding == 0:
+        return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, x), b)                        # [OC, T]
+    # ggml sizes a view as if it were contiguous, so the overlapping [IC*K, T_out] view of x cannot be made:
+    # each tap's columns are copied into its rows of `cols`, and those in the padding are zeros (no padded copy
+    # of x: ggml's CPU pad is a scalar loop, 0.26 s of the 5 s decode). `cols` must be a node, not a leaf:
+    # the allocator keeps every leaf for the whole graph (the decode's buffer grew from 132 MiB to 971).
+    spans = []
+    for k in range(K):
+        off = k * dilation - padding                 # input column of tap k for output 0
+        t0 = min(t_out, max(0, -(off // stride)))    # outputs [t0, t1) read tap k inside x
+        t1 = max(t0, min(t_out, -((off - T) // stride)))
+        spans.append((k, off, t0, t1))
+    head = max(t0 for _, _, t0, _ in spans)          # the first and last columns hold some tap's zeros
+    tail = t_out - min(t1 for _, _, _, t1 in spans)
+    zero = lib.ggml_scale(ctx, lib.ggml_view_2d(ctx, x, IC, 1, x.nb[1], 0), 0.0)   # [IC, 1]
+    if cpu:
+        cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, ffi.NULL, 0, _nothing, 1, ffi.NULL)
+        if head or tail:
+            zero = lib.ggml_repeat(ctx, zero, lib.ggml_new_tensor_2d(ctx, x.type, IC * K, max(head, tail)))
+            for z0, n in ((0, head), (t_out - tail, tail)):
+                if n:
+                    cols = lib.ggml_set_2d_inplace(ctx, cols, lib.ggml_view_2d(ctx, zero, IC * K, n, zero.nb[1], 0),
+                                                   cols.nb[1], z0 * cols.nb[1])
+    else:
+        cols = lib.ggml_repeat(ctx, zero, lib.ggml_new_tensor_2d(ctx, x.type, IC * K, t_out))  # [IC*K, T_out]
+    for k, off, t0, t1 in spans:
+        if t1 > t0:
+            tap = lib.ggml_view_2d(ctx, x, IC, t1 - t0, stride * x.nb[1], (t0 * stride + off) * x.nb[1])
+            cols = lib.ggml_set_2d_inplace(ctx, cols, tap, cols.nb[1], k * IC * x.nb[0] + t0 * cols.nb[1])
+    return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                         # [OC, T_out]
+
+
+@ffi.callback("void(struct ggml_tensor *, int, int, void *)")
+def _nothing(dst, ith, nth, _user):
+    """ggml custom op that leaves its output as allocated (it is overwritten whole by the nodes after it)."""
+
+
+def conv_transpose1d_cl(ctx, x, w, b, stride: int, padding: int, output_padding: int, out_channels: int):
+    """PyTorch ConvTranspose1d on channels-last activations: x [IC, T] -> [OC, (T-1)*stride - 2p + K + op].
+
+    `w` is [IC, K*OC] with oc fastest (`conv_transpose_weight_cl`), K a multiple m of the stride. One product
+    gives every tap's contribution z [K*OC, T + 2(m-1)] (x padded by m - 1 zero columns each side); output
+    sample t*stride + r is the sum over j < m of tap j*stride + r of column t - j, i.e. m strided views of z
+    added, which come out already interleaved as [OC, stride, T + m - 1] = [OC, full length]. The result is the
+    window [p, p + T_out) of that full signal (PyTorch's output_padding samples hold real overlap-added values).
+    """
+    IC, T = x.ne[0], x.ne[1]
+    OC = out_channels
+    K = w.ne[1] // OC
+    if w.ne[0] != IC or K * OC != w.ne[1]:
+        raise ValueError(f"conv_transpose1d_cl: weight {w.ne[0]}x{w.ne[1]} does not fit IC={IC}, OC={OC}")
+    if K % stride:
+        raise ValueError(f"conv_transpose1d_cl: kernel {K} is not a multiple of the stride {stride}")
+    if not 0 <= output_padding <= padding:
+        raise ValueError(f"conv_transpose1d_cl: output_padding {output_padding} must lie in [0, padding={padding}]")
+    m = K // stride
+    if m > 1:
+        x = lib.ggml_pad_ext(ctx, x, 0, 0, m - 1, m - 1, 0, 0, 0, 0)                 # [IC, T + 2(m-1)]
+    z = lib.ggml_mul_mat(ctx, w, x)                                                  # [K*OC, T + 2(m-1)]
+    es = z.nb[0]
+    n = T + m - 1
+
+    def tap_rows(j):  # z[j*stride*OC + r*OC + oc, t + m - 1 - j] as [OC, stride, n]
+        return lib.ggml_view_3d(ctx, z, OC, stride, n, OC * es, z.nb[1], (j * stride * OC + (m - 1 - j) * K * OC) * es)
+
+    full = tap_rows(0)
+    for j in range(1, m):
+        full = lib.ggml_add(ctx, full, tap_rows(j))                                  # [OC, stride, n]
+    if m == 1:
+        full = lib.ggml_cont(ctx, full)
+    full = lib.ggml_reshape_2d(ctx, full, OC, stride * n)                            # [OC, (T-1)*s + K]
+    t_out = (T - 1) * stride - 2 * padding + K + output_padding
+    y = lib.ggml_view_2d(ctx, full, OC, t_out, full.nb[1], padding * full.nb[1])     # [OC, T_out]
+    return add_bias(ctx, y, b) if b is not None else lib.ggml_cont(ctx, y)
+
+
+def snake(ctx, x, alpha, inv_beta, cpu: bool = False):
+    """Snake x + sin(alpha x)^2 / (alpha + 1e-9).
+
+    x [T, C] with alpha and inv_beta F32 [1, C], or channels-last x [C, T] with them [C] (inv_beta precomputed
+    at load time). By default the five-node chain that GPU backends fuse. `cpu` (channels-last only; the graph
+    must run on the CPU backend) computes it as one custom node instead: ggml's CPU sin is a scalar sinf loop
+    (23 ns a value per thread on the 2-core Zen 3, 0.83 s of a 2.2 s decode of 5 s), numpy's vectorised
+    float32 sin takes 3.3 ns, and the five steps run over cache-sized blocks instead of five passes over memory.
+    Same operations in the same order: float32 x*alpha, sin, square, *inv_beta, +x.
+    """
+    if cpu and alpha.ne[0] == x.ne[0] == lib.ggml_nelements(alpha) == lib.ggml_nelements(inv_beta):
+        return lib.ggml_map_custom3(ctx, lib.ggml_cont(ctx, x) if not lib.ggml_is_contiguous(x) else x,
+                                    alpha, inv_beta, _snake_rows, -1, ffi.NULL)
     cur = lib.ggml_mul(ctx, x, alpha)
     cur = lib.ggml_sin(ctx, cur)
     cur = lib.ggml_sqr(ctx, cur)
     cur = lib.ggml_mul(ctx, cur, inv_beta)
     return lib.ggml_add(ctx, cur, x)
+
+
+_BLOCK = 32768  # values per numpy step (128 KiB: stays in L2 through the five operations; 8192 took 1.6x as long)
+log = logging.getLogger(__name__)
+
+
+def _f32(t, offset: int, count: int) -> np.ndarray:
+    """`count` float32 values of a CPU tensor's data from element `offset`, as a writable numpy view."""
+    return np.frombuffer(ffi.buffer(ffi.cast("char *", t.data) + 4 * offset, 4 * count), dtype=np.float32)
+
+
+@ffi.callback("void(struct ggml_tensor *, const struct ggml_tensor *, const struct ggml_tensor *, "
+              "const struct ggml_tensor *, int, int, void *)")
+def _snake_rows(dst, x, alpha, inv_beta, ith, nth, _user):
+    """ggml custom op: thread `ith` of `nth` computes its share of the rows of Snake(x) (x [C, T] contiguous)."""
+    try:
+        C = x.ne[0]
+        rows = lib.ggml_nelements(x) // C
+        r0, r1 = rows * ith // nth, rows * (ith + 1) // nth
+        a, ib = _f32(alpha, 0, C), _f32(inv_beta, 0, C)
+        step = max(1, _BLOCK // C)
+        for r in range(r0, r1, step):
+            n = min(step, r1 - r)
+            xs, ys = _f32(x, r * C, n * C).reshape(n, C), _f32(dst, r * C, n * C).reshape(n, C)
+            np.multiply(xs, a, out=ys)
+            np.sin(ys, out=ys)
+            np.multiply(ys, ys, out=ys)
+            np.multiply(ys, ib, out=ys)
+            np.add(ys, xs, out=ys)
+    except BaseException:  # an exception cannot cross into C: poison this share of the output, say why
+        log.exception("snake custom op failed")
+        try:
+            _f32(dst, r0 * C, (r1 - r0) * C)[:] = np.nan
+        except Exception:
+            pass

