@@ -31,3 +31,20 @@ class GraphRunner:
 @pytest.fixture
 def run(runtime):
     return GraphRunner(runtime)
+
+
+@pytest.fixture(scope="session")
+def cpu_runtime(runtime):
+    """The CPU backend, whatever OMNIVOICE_TEST_BACKEND is: graphs with CPU-only nodes (custom ops) run here."""
+    if not runtime.is_gpu:
+        yield runtime
+        return
+    from omnivoice.ggml import Runtime
+
+    with Runtime("cpu") as rt:
+        yield rt
+
+
+@pytest.fixture
+def cpu_run(cpu_runtime):
+    return GraphRunner(cpu_runtime)

@@ -118,14 +118,15 @@ def test_snake(run, rng):
 
 
 @pytest.mark.parametrize("cpu", [False, True])
-def test_snake_channels_last(run, rng, cpu):
+def test_snake_channels_last(run, cpu_run, rng, cpu):
     """x [C, T] with alpha [C]: the ggml chain, and the one-node CPU version (several numpy blocks, both threads),
     which must give the chain's float32 result within a few ulps."""
     C, T = 24, 9000
     x = (3 * rng.standard_normal((T, C))).astype(np.float32)      # ggml [C, T]
     alpha = rng.uniform(0.2, 2.0, C).astype(np.float32)
     inv = (1.0 / (alpha.astype(np.float64) + 1e-9)).astype(np.float32)
-    y = run(lambda ctx, ws, x: nn.snake(ctx, x, ws["a"], ws["ib"], cpu=cpu), {"x": x}, {"a": alpha, "ib": inv})
+    y = (cpu_run if cpu else run)(lambda ctx, ws, x: nn.snake(ctx, x, ws["a"], ws["ib"], cpu=cpu), {"x": x},
+                                  {"a": alpha, "ib": inv})
     x64 = x.astype(np.float64)
     want = x64 + np.sin(alpha * x64) ** 2 / (alpha.astype(np.float64) + 1e-9)
     assert np.max(np.abs(y - want)) < 1e-5
@@ -250,15 +251,16 @@ def test_conv1d(run, rng, stride, padding, dilation, groups, K):
 @pytest.mark.parametrize("stride,padding,dilation,K",
                          [(1, 3, 1, 7), (1, 9, 3, 7), (1, 27, 9, 7), (5, 0, 1, 10), (2, 1, 1, 4), (3, 2, 1, 6),
                           (1, 0, 1, 1), (1, 1, 1, 3), (1, 70, 1, 3)])
-def test_conv1d_channels_last(run, rng, stride, padding, dilation, K, cpu):
+def test_conv1d_channels_last(run, cpu_run, rng, stride, padding, dilation, K, cpu):
     """The DAC's layout: x [IC, T] (numpy (T, IC)), weight rows tap-major (conv_weight_cl); columns started as
     zeros (any backend) or as an empty CPU node whose padding is zeroed (padding 70 > T: all padding)."""
     IC, OC, T = 8, 12, 57
     x = rng.standard_normal((IC, T)).astype(np.float32)
     w = rng.standard_normal((OC, IC, K)).astype(np.float32)
     b = rng.standard_normal(OC).astype(np.float32)
-    y = run(lambda ctx, ws, x: nn.conv1d_cl(ctx, x, ws["w"], ws["b"], stride, padding, dilation, cpu=cpu),
-            {"x": np.ascontiguousarray(x.T)}, {"w": nn.conv_weight_cl(w), "b": b})
+    y = (cpu_run if cpu else run)(
+        lambda ctx, ws, x: nn.conv1d_cl(ctx, x, ws["w"], ws["b"], stride, padding, dilation, cpu=cpu),
+        {"x": np.ascontiguousarray(x.T)}, {"w": nn.conv_weight_cl(w), "b": b})
     want = conv1d_ref(x.astype(np.float64), w.astype(np.float64), b, stride, padding, dilation, 1)
     assert y.shape == want.T.shape
     assert rel_err(y, want.T) < 1e-5
