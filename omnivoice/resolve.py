@@ -236,7 +236,7 @@ class _HashMemo:
 
     def save(self) -> None:
         if self.changed:
-            from .audio.io import atomic_write_text
+            from .files import atomic_write_text
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.path, json.dumps(self.table, indent=0, sort_keys=True))
@@ -269,7 +269,7 @@ def _convert_cached(checkpoint: Path, quant: str) -> tuple[Path, Path]:
 
 
 def _write_source(entry: Path, checkpoint: Path) -> None:
-    from .audio.io import atomic_write_text
+    from .files import atomic_write_text
 
     atomic_write_text(entry / _SOURCE, json.dumps({"checkpoint": str(checkpoint.resolve()),
                                                    "converted": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))

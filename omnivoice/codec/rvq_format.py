@@ -18,8 +18,8 @@ Layout (all little-endian), a 40-byte header followed by the codes:
 
 The file size is exactly header size + 4 * n_codebooks * n_frames. Readers reject a wrong magic, a newer
 version, a header smaller than 40 bytes, a size mismatch or out-of-range codes with an RvqFormatError naming
-the file and the field; a larger header (a later minor addition) is skipped. Writes are atomic (temporary file
-in the same directory, then rename).
+the file and the field; a larger header (a later minor addition) is skipped. Writes are atomic
+(omnivoice.files.atomic_write).
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from __future__ import annotations
 import math
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
 import numpy as np
+
+from ..files import atomic_write
 
 MAGIC = b"ORVQ"
 VERSION = 1
@@ -90,25 +91,9 @@ def save_rvq(path: PathLike, codes, *, sample_rate: int = 24000, frame_rate: flo
     rms = float("nan") if ref_rms is None else float(ref_rms)
     header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, a.shape[0], a.shape[1], int(sample_rate),
                          float(frame_rate), int(codebook_size), rms, 0)
-    if target.is_dir():
-        raise ValueError(f"{target}: is a directory; give a file name for the .rvq output")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(a.tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(target, "the .rvq output") as f:
+        f.write(header)
+        f.write(a.tobytes())
 
 
 def read_rvq(path: PathLike) -> RvqFile:
