@@ -55,6 +55,7 @@ __all__ = [
     "load_audio",
     "encode_samples",
     "wav_header",
+    "max_wav_samples",
     "write_wav",
     "WavStreamWriter",
 ]
@@ -85,12 +86,13 @@ def _describe(source) -> str:
     return getattr(source, "name", None) or "<file object>"
 
 
-def load_audio(source: PathOrFile) -> tuple[np.ndarray, int]:
+def load_audio(source: PathOrFile, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
     """Read any file soundfile can decode; return ``(mono float32 samples, sample_rate)``.
 
     Multi-channel audio is averaged to mono in float32, as the reference does. Raises
-    ``AudioFileError`` (a ValueError) naming the file when it does not exist, is not audio, or holds
-    no samples.
+    ``AudioFileError`` (a ValueError) naming the file when it does not exist, is not audio, holds
+    no samples, or (with ``max_seconds``) is longer than that: the length comes from the header, so
+    a long file (or one whose header claims a tiny sample rate) is refused before it is read.
     """
     name = _describe(source)
     if isinstance(source, (str, os.PathLike)):
@@ -102,7 +104,12 @@ def load_audio(source: PathOrFile) -> tuple[np.ndarray, int]:
         if path.is_file() and path.stat().st_size == 0:
             raise AudioFileError(f"{name}: is empty (0 bytes), not an audio file")
     try:
-        data, rate = sf.read(source, dtype="float32", always_2d=True)
+        with sf.SoundFile(source) as f:
+            rate, frames = f.samplerate, f.frames
+            if max_seconds is not None and rate > 0 and frames / rate > max_seconds:
+                raise AudioFileError(f"{name}: {frames / rate:.1f} s of audio ({frames} samples at {rate} Hz) "
+                                     f"is over the {max_seconds:g} s limit")
+            data = f.read(dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
         raise AudioFileError(
             f"{name}: not a readable audio file (soundfile/libsndfile: {exc}); "
@@ -195,24 +202,29 @@ def wav_header(sample_rate: int, fmt: str = "wav16", n_samples: int | None = Non
     return b"RIFF" + struct.pack("<I", riff_size) + b"WAVE" + chunks + b"data" + struct.pack("<I", data_size)
 
 
+def max_wav_samples(fmt: str = "wav16") -> int:
+    """The most mono samples one WAV file in ``fmt`` can hold (its RIFF sizes are 32-bit: 4 GiB)."""
+    _, bits = _check_format(fmt)
+    header = len(wav_header(1, fmt, 0))  # RIFF size = header - 8 + data + pad byte
+    return (0xFFFFFFFF - (header - 8) - 1) // (bits // 8)
+
+
 def write_wav(path: Union[str, "os.PathLike[str]"], audio: np.ndarray, sample_rate: int, fmt: str = "wav16") -> None:
     """Write mono ``audio`` to ``path`` as a WAV file in ``fmt`` (wav16, wav24 or wav32), atomically.
 
     The file is written whole or not at all (omnivoice.files.atomic_write): a failure leaves ``path`` as it
-    was, and a ``path`` that is a device or named pipe is written in place. Samples are encoded in blocks, so
-    a long output costs a few bytes per sample beyond the float32 audio itself. An unwritable path raises
-    ``FileWriteError`` (a ValueError) naming it; NaN or infinite samples raise ValueError before anything is
-    written.
+    was, and a ``path`` that is a device or named pipe is written in place. Samples are encoded a block at a
+    time, so a long output (hours of SRT timeline, mostly silence) costs a few MiB beyond the audio itself. An
+    unwritable path raises ``FileWriteError`` (a ValueError) naming it; NaN or infinite samples raise
+    ValueError.
     """
     a = as_mono(audio)
     header = wav_header(sample_rate, fmt, len(a))
-    if not np.all(np.isfinite(a)):
-        raise ValueError("audio contains NaN or infinite samples; refusing to write them")
     block = WAV_FORMATS[fmt][1] // 8
     with atomic_write(path, "the WAV output") as f:
         f.write(header)
         for i in range(0, len(a), _BLOCK_SAMPLES):
-            f.write(encode_samples(a[i:i + _BLOCK_SAMPLES], fmt))
+            f.write(encode_samples(a[i:i + _BLOCK_SAMPLES], fmt))  # checks its block for NaN and infinities
         if len(a) * block & 1:
             f.write(b"\0")
 
