@@ -277,6 +277,7 @@ class Server:
             devnull = os.open(os.devnull, os.O_RDONLY)
             os.dup2(devnull, 0)
             faulthandler.enable()  # a native crash prints the Python stack into the case's log
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the server's handler
             if case.shared_model:
                 self.api.OmniVoice = self._factory
             rc = _main_of(case.cli)(case.argv)
@@ -338,7 +339,16 @@ def run_cases(server: Server, cases, jobs: int, wall: float, on_result: Callable
     """Run every case (an iterator, consumed lazily) with at most `jobs` children at a time; kill a child after
     `wall` seconds."""
     running: dict[int, tuple[Case, float]] = {}
-    cases = iter(cases)
+    try:
+        _run(server, iter(cases), jobs, wall, on_result, running)
+    finally:  # interrupted (or failed): leave no child behind
+        for pid in running:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def _run(server: Server, cases, jobs: int, wall: float, on_result: Callable[[Result], None],
+         running: dict[int, tuple[Case, float]]) -> None:
     exhausted = False
     while running or not exhausted:
         while not exhausted and len(running) < jobs:
@@ -441,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         elif not args.keep:
             shutil.rmtree(r.case.dir, ignore_errors=True)
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_cases' cleanup
     server = Server(ctx, args.mem_gib, args.timeout)
     plan = CI if args.ci else LONG
     cases = (make_case(ctx, t, i, args.seed) for t in targets for i in range(args.cases or plan[t]))
