@@ -118,7 +118,7 @@ def test_save_refuses_a_ref_rms_that_is_no_rms(tmp_path, rms):
 # ------------------------------------------------------------------------------------------------ SRT
 
 def test_an_srt_cue_without_text_is_silence(model, tmp_path):
-    """The Cue docstring promises silence; the whole job was refused ("text is empty") before."""
+    """The Cue docstring promises silence (issue 14.6: the whole job was once refused as "text is empty")."""
     srt = tmp_path / "subs.srt"
     srt.write_text("1\n00:00:00,000 --> 00:00:00,800\nHello there.\n\n2\n00:00:01,000 --> 00:00:01,600\n\n"
                    "3\n00:00:01,700 --> 00:00:02,300\nGoodbye.\n", encoding="utf-8")
