@@ -373,27 +373,30 @@ def gguf_fields(data: bytes, max_items: int = 4) -> list[Field]:
         else:
             raise ValueError(f"unknown GGUF value type {vtype}")
 
+    def name(what: str) -> str:
+        (n,) = struct.unpack_from("<Q", data, pos)
+        text = data[pos + 8:pos + 8 + n].decode("utf-8", "replace")
+        string(f"{what} {text}")
+        return text
+
+    def u32(field: str, kind: str) -> int:
+        nonlocal pos
+        fields.append(Field(field, pos, "<I", kind))
+        pos += 4
+        return struct.unpack_from("<I", data, pos - 4)[0]
+
     for _ in range(n_kv):
-        (n,) = struct.unpack_from("<Q", data, pos)
-        key = data[pos + 8:pos + 8 + n].decode("utf-8", "replace")
-        string("key " + key)
-        fields.append(Field(f"{key} type", pos, "<I", "kv type"))
-        (vtype,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        value(vtype, key)
+        key = name("key")
+        value(u32(f"{key} type", "kv type"), key)
     for _ in range(n_tensors):
-        (n,) = struct.unpack_from("<Q", data, pos)
-        name = data[pos + 8:pos + 8 + n].decode("utf-8", "replace")
-        string("tensor " + name)
-        fields.append(Field(f"{name} n_dims", pos, "<I", "tensor"))
-        (n_dims,) = struct.unpack_from("<I", data, pos)
-        pos += 4
+        tensor = name("tensor")
+        n_dims = u32(f"{tensor} n_dims", "tensor")
         for d in range(n_dims):
-            fields.append(Field(f"{name} ne[{d}]", pos, "<Q", "tensor"))
+            fields.append(Field(f"{tensor} ne[{d}]", pos, "<Q", "tensor"))
             pos += 8
-        fields.append(Field(f"{name} type", pos, "<I", "tensor type"))
-        fields.append(Field(f"{name} offset", pos + 4, "<Q", "tensor"))
-        pos += 12
+        u32(f"{tensor} type", "tensor type")
+        fields.append(Field(f"{tensor} offset", pos, "<Q", "tensor"))
+        pos += 8
     return fields
 
 
