@@ -118,7 +118,7 @@ class Pipeline:
 
     def _check_context(self, n_target: int, n_ref: int, n_text: int, chunk: Optional[int]) -> None:
         """Refuse a chunk whose prompt (text, voice prompt and target) would not fit the model's context: the
-        graph of such a prompt is the size of its square (a --duration of 1e5 s asked for 2.5 M frames)."""
+        graph of such a prompt grows with its square (--duration 2000 asks for 50 000 frames)."""
         limit = getattr(self.lm, "context_length", None)
         if limit is None or n_target + n_ref + n_text <= limit:
             return
