@@ -10,8 +10,7 @@ import sys
 
 from .conftest import ROOT
 
-# The GGUF targets (lm-gguf, codec-gguf) join once the model-file checks of issue 14.1 are on main.
-TARGETS = ["wav", "srt", "rvq", "safetensors"]
+TARGETS = ["lm-gguf", "codec-gguf", "wav", "srt", "rvq", "safetensors"]
 
 
 def test_no_mutant_crashes_hangs_or_fails_internally(tiny_checkpoint, tiny_gguf, tmp_path):
