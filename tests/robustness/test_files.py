@@ -85,3 +85,30 @@ def test_the_converter_writes_through_the_same_writer(tmp_path, planted):
     from gguf import GGUFReader
 
     assert np.array_equal(GGUFReader(target).get_tensor(0).data, values)
+
+
+def test_links_planted_in_the_model_cache_are_not_followed(tiny_checkpoint, tmp_path, monkeypatch):
+    """A symbolic link at a cache entry's GGUF, or as the entry itself, is converted over, never loaded from or
+    written through (issue 14.5)."""
+    import shutil
+
+    from omnivoice.resolve import resolve_model
+
+    monkeypatch.setenv("OMNIVOICE_CACHE", str(tmp_path / "cache"))
+    lm, codec = resolve_model(str(tiny_checkpoint), quant="f32")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for f in (lm, codec):
+        (elsewhere / f.name).write_bytes(b"not a model")
+        f.unlink()
+        f.symlink_to(elsewhere / f.name)
+    lm2, codec2 = resolve_model(str(tiny_checkpoint), quant="f32")
+    assert (lm2, codec2) == (lm, codec)
+    assert not lm.is_symlink() and not codec.is_symlink() and lm.read_bytes()[:4] == b"GGUF"
+    assert [f.read_bytes() for f in sorted(elsewhere.iterdir())] == [b"not a model"] * 2
+
+    shutil.rmtree(lm.parent)
+    lm.parent.symlink_to(elsewhere, target_is_directory=True)
+    lm3, _ = resolve_model(str(tiny_checkpoint), quant="f32")
+    assert lm3 == lm and not lm.parent.is_symlink() and lm.read_bytes()[:4] == b"GGUF"
+    assert [f.read_bytes() for f in sorted(elsewhere.iterdir())] == [b"not a model"] * 2
