@@ -204,8 +204,8 @@ class Graph:
         if self._sched == ffi.NULL:
             raise RuntimeError("ggml_backend_sched_new failed")
         self._check_memory(backends)
-        # Reserve before allocating: ggml_backend_sched_alloc_graph ignores a failed buffer allocation in its
-        # retry path and then writes through the missing buffer (SIGSEGV); reserve reports the failure.
+        # Reserve before allocating: ggml 0.20.2's ggml_backend_sched_alloc_graph ignored a failed buffer
+        # allocation in its retry path and then wrote through the missing buffer (SIGSEGV); reserve reports it.
         if not lib.ggml_backend_sched_reserve(self._sched, self._gf) or \
                 not lib.ggml_backend_sched_alloc_graph(self._sched, self._gf):
             raise MemoryError(f"could not allocate {self.what} on {self.runtime.device.spec} "
