@@ -8,8 +8,12 @@ through ggml_backend_dev_memory.
 
 from __future__ import annotations
 
-import resource
 from pathlib import Path
+
+try:
+    import resource
+except ImportError:  # Windows: no RLIMIT_AS
+    resource = None
 
 from ._ffi import ffi, lib
 
@@ -54,10 +58,11 @@ def host_available() -> int | None:
         limit, usage = _read_int(limit_file), _read_int(usage_file)
         if limit is not None and usage is not None and limit < 1 << 60:
             limits.append(max(0, limit - usage))
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    vm = _vm_size()
-    if soft != resource.RLIM_INFINITY and vm is not None:
-        limits.append(max(0, soft - vm))
+    if resource is not None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        vm = _vm_size()
+        if soft != resource.RLIM_INFINITY and vm is not None:
+            limits.append(max(0, soft - vm))
     return min(limits) if limits else None
 
 
