@@ -112,12 +112,18 @@ def test_the_codec_cli_refuses_a_mis_rated_wav(tmp_path, tiny_gguf, capsys):
 
 # ------------------------------------------------------------------------------------------------ LM length
 
-def test_a_duration_past_the_context_is_refused_before_any_graph(ov):
-    """--duration 1e5 is an option error (over 24 h); within that, 2000 s is 50 000 frames: past the context."""
-    with pytest.raises(ValueError, match=r"\d{5} target frames \(\d+\.\d s\) do not fit the model.s context of 40960"):
-        ov.synthesize("Hi.", duration=2000.0)
-    with pytest.raises(ValueError, match=r"context of 40960"):
-        list(ov.stream("Hi. Ho.", duration=2000.0))
+@pytest.mark.parametrize("duration, words", [
+    (1e5, r"duration must be a number of seconds > 0 and <= 86400"),  # an option error: over 24 h
+    (86400.0, r"\d{7} target frames \(\d+\.\d s\) do not fit the model.s context of 40960"),
+    (2000.0, r"\d{5} target frames \(\d+\.\d s\) do not fit the model.s context of 40960"),
+])
+def test_a_duration_past_the_context_is_refused_before_any_graph(ov, duration, words):
+    """--duration 1e5 crashed in the LM graph's allocation (issue 14.2); the longest duration the options allow,
+    and 2000 s (50 000 frames), are past the model's context: refused before any graph is built."""
+    with pytest.raises(ValueError, match=words):
+        ov.synthesize("Hi.", duration=duration)
+    with pytest.raises(ValueError, match=words):
+        list(ov.stream("Hi. Ho.", duration=duration))
 
 
 def test_a_voice_prompt_past_the_context_is_refused(ov):
