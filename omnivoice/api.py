@@ -175,13 +175,13 @@ class OmniVoice:
     def create_voice(self, ref_audio: AudioInput, ref_text: str, preprocess_prompt: bool = True) -> VoicePrompt:
         """Encode a reference clip (path or (samples, rate)) and its transcript into a reusable voice prompt."""
         from .audio.io import load_audio
-        from .audio.postprocess import preprocess_reference
+        from .audio.postprocess import MAX_REFERENCE_SECONDS, preprocess_reference
         from .text.chunking import add_punctuation
 
         if ref_text is None or not str(ref_text).strip():
             raise ValueError("ref_text (the transcript of the reference audio) is required for voice cloning")
         if isinstance(ref_audio, (str, os.PathLike)):
-            samples, rate = load_audio(ref_audio)
+            samples, rate = load_audio(ref_audio, max_seconds=MAX_REFERENCE_SECONDS)
         else:
             try:
                 samples, rate = ref_audio
@@ -315,6 +315,12 @@ class OmniVoice:
                                voice=voice, preprocess_prompt=preprocess_prompt, cancel=cancel, **options)
         speaker._wording_text = " ".join(c.text for c in cues)  # Chinese or English instruct: from all cues
         spoken = [c for c in cues if c.text.strip()]
+        self._check_timeline(cues)
+        for cue in spoken:  # every cue must fit the model before the first one is synthesized
+            try:
+                speaker._check(cue.text, max(cue.end - cue.start, 0.04))
+            except ValueError as e:
+                raise ValueError(f"cue {cue.index} ({cue.end - cue.start:.3f} s): {e}") from None
         steps = int(options.get("num_step", OPTIONS["num_step"]))
         clips, tokens = [], []
         for cue in cues:
@@ -328,6 +334,18 @@ class OmniVoice:
             tokens.append(toks)
         return SynthesisResult(place_cues(cues, clips, self.sample_rate), self.sample_rate, tokens,
                                [c.text for c in spoken])
+
+    def _check_timeline(self, cues: Sequence) -> None:
+        """The dubbed timeline (float32, up to the last cue's end) must fit in memory: said before any cue is
+        synthesized, not after hours of work."""
+        from .audio.srt import timeline_samples
+        from .ggml.memory import describe, host_available
+
+        n_bytes = 4 * timeline_samples(cues, self.sample_rate)
+        free = host_available()
+        if free is not None and n_bytes > free:
+            raise MemoryError(f"the timeline up to {max(c.end for c in cues) / 3600:.1f} h needs "
+                              f"{describe(n_bytes)}; {describe(free)} is available")
 
     # ------------------------------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -380,11 +398,19 @@ class Speaker:
         if duration is not None:
             make_settings(duration=duration)
         with self._ov._lock:
-            pipeline = self._ov._ready()
-            if self._stream is None:  # the first text decides the instruct wording (Chinese or English)
-                settings = make_settings(self._wording_text or text, self._language, self._instruct, **self._options)
-                self._stream = SentenceStream(pipeline, settings, self._voice, self._cancel)
-            return self._stream.say(text, duration, progress)
+            return self._sentences(text).say(text, duration, progress)
+
+    def _check(self, text: str, duration: Optional[float]) -> None:
+        """Raise ValueError now if saying `text` for `duration` seconds would be refused (past the model's context)."""
+        with self._ov._lock:
+            self._sentences(text).check(text, duration)
+
+    def _sentences(self, text: str) -> SentenceStream:  # the caller holds the lock
+        pipeline = self._ov._ready()
+        if self._stream is None:  # the first text decides the instruct wording (Chinese or English)
+            settings = make_settings(self._wording_text or text, self._language, self._instruct, **self._options)
+            self._stream = SentenceStream(pipeline, settings, self._voice, self._cancel)
+        return self._stream
 
 
 def _check_pair(lm_meta: dict, codec_meta: dict, lm_path: Path, codec_path: Path) -> None:

@@ -99,6 +99,8 @@ class Pipeline:
             raise ValueError("text is empty: nothing to synthesize")
         ref_text = voice.text if voice else None
         n_ref = int(voice.codes.shape[1]) if voice else None
+        if voice is not None:  # a .rvq's codes index the LM's embeddings: out of range they would read past them
+            self.codec.check_codes(voice.codes, "voice prompt codes")
         if settings.duration is not None and not settings.duration > 0:
             raise ValueError(f"duration must be > 0 seconds, got {settings.duration}")
         # language and instruct are already resolved in `settings`; this settles length and speed
@@ -106,9 +108,29 @@ class Pipeline:
                               speed=settings.speed, frame_rate=self.frame_rate)
         est, speed = req.num_target_tokens, req.speed
         if settings.chunk_duration <= 0 or not needs_chunking(est, settings.chunk_threshold, self.frame_rate):
-            return [ChunkPlan(text, est, "prompt" if voice else None, ref_text, n_ref)]
-        return plan_chunks(text, est, settings.chunk_duration, self.frame_rate, ref_text=ref_text,
-                           num_ref_audio_tokens=n_ref, speed=speed)
+            plans = [ChunkPlan(text, est, "prompt" if voice else None, ref_text, n_ref)]
+        else:
+            plans = plan_chunks(text, est, settings.chunk_duration, self.frame_rate, ref_text=ref_text,
+                                num_ref_audio_tokens=n_ref, speed=speed)
+        for i, p in enumerate(plans):
+            self._check_context(p.num_target_tokens, p.num_ref_audio_tokens or 0, 0, i if len(plans) > 1 else None)
+        return plans
+
+    def _check_context(self, n_target: int, n_ref: int, n_text: int, chunk: Optional[int]) -> None:
+        """Refuse a chunk whose prompt (text, voice prompt and target) would not fit the model's context: the
+        graph of such a prompt grows with its square (--duration 2000 asks for 50 000 frames)."""
+        limit = getattr(self.lm, "context_length", None)
+        if limit is None or n_target + n_ref + n_text <= limit:
+            return
+        fr = self.frame_rate
+        parts = [f"{n_target} target frames ({n_target / fr:.1f} s)"]
+        if n_ref:
+            parts.append(f"a voice prompt of {n_ref} frames ({n_ref / fr:.1f} s)")
+        if n_text:
+            parts.append(f"{n_text} text tokens")
+        where = f"chunk {chunk}: " if chunk is not None else ""
+        raise ValueError(f"{where}{' + '.join(parts)} do not fit the model's context of {limit} positions; "
+                         "ask for a shorter duration or use a shorter voice prompt")
 
     # ------------------------------------------------------------------------------------------ generation
     def _prompt(self, chunk: Chunk, settings: Settings):
@@ -120,6 +142,8 @@ class Pipeline:
                               ref_audio_tokens=chunk.ref_codes, lang=settings.language,
                               instruct=settings.instruct, denoise=settings.denoise,
                               num_codebooks=cfg.n_codebook, audio_mask_id=cfg.audio_mask_id)
+        n_ref = 0 if chunk.ref_codes is None else int(chunk.ref_codes.shape[1])
+        self._check_context(chunk.n_target, n_ref, prompt.cond_ids.shape[1] - chunk.n_target - n_ref, None)
         return prompt, LMInput(prompt.cond_ids, prompt.audio_mask, prompt.num_target_tokens)
 
     def generate_chunk(self, chunk: Chunk, settings: Settings, rng: Optional[CudaPhiloxGenerator],
@@ -229,6 +253,12 @@ class SentenceStream:
         self.settings = replace(settings, chunk_duration=0.0)
         self.post_settings = settings
         self.rng = make_rng(settings.seed)
+
+    def check(self, sentence: str, duration: Optional[float] = None) -> None:
+        """Raise ValueError now if `say(sentence, duration)` would be refused (e.g. a duration past the model's
+        context), so a caller can check a whole script before synthesizing any of it."""
+        settings = replace(self.settings, duration=duration) if duration is not None else self.settings
+        self.pipeline.plan(sentence, settings, self.voice)
 
     def say(self, sentence: str, duration: Optional[float] = None, progress: Optional[ProgressCallback] = None
             ) -> tuple[np.ndarray, np.ndarray]:

@@ -236,7 +236,7 @@ class _HashMemo:
 
     def save(self) -> None:
         if self.changed:
-            from .audio.io import atomic_write_text
+            from .files import atomic_write_text
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.path, json.dumps(self.table, indent=0, sort_keys=True))
@@ -256,8 +256,10 @@ def _convert_cached(checkpoint: Path, quant: str) -> tuple[Path, Path]:
     root = cache_dir()
     memo = _HashMemo(root)
     out = root / f"{checkpoint.name}-{_entry_id(checkpoint, memo)}"
+    if out.is_symlink():  # a link planted as an entry: not followed, neither to load from nor to write into
+        out.unlink()
     lm, codec = out / _lm_name(quant), out / _codec_name()
-    if not lm.is_file() or not codec.is_file():
+    if not _own_file(lm) or not _own_file(codec):
         log.info("converting %s to %s in %s (once; the codec is kept if already there)", checkpoint,
                  quant.upper(), out)
         t0 = time.perf_counter()
@@ -268,8 +270,14 @@ def _convert_cached(checkpoint: Path, quant: str) -> tuple[Path, Path]:
     return lm, codec
 
 
+def _own_file(path: Path) -> bool:
+    """A regular file that is not a symbolic link: a link planted in the cache is converted over (the atomic
+    writer replaces the link itself), never loaded."""
+    return path.is_file() and not path.is_symlink()
+
+
 def _write_source(entry: Path, checkpoint: Path) -> None:
-    from .audio.io import atomic_write_text
+    from .files import atomic_write_text
 
     atomic_write_text(entry / _SOURCE, json.dumps({"checkpoint": str(checkpoint.resolve()),
                                                    "converted": time.strftime("%Y-%m-%d %H:%M:%S")}, indent=1))

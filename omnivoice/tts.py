@@ -198,10 +198,23 @@ def check_output(path: str, what: str = "-o") -> None:
         raise PermissionError(f"{what} {path}: the folder {parent} is not writable")
 
 
+def check_timeline(srt: str, cues: list, fmt: str) -> None:
+    """A dubbed timeline must fit one WAV file (32-bit sizes: 24.9 h of wav16 at the model's 24 kHz)."""
+    from .audio.io import WAV_FORMATS, max_wav_samples
+    from .audio.postprocess import SAMPLING_RATE
+    from .audio.srt import SrtError, timeline_samples
+
+    if fmt in WAV_FORMATS and timeline_samples(cues, SAMPLING_RATE) > max_wav_samples(fmt):
+        last = max(cues, key=lambda c: c.end)
+        raise SrtError(f"{srt}: cue {last.index} ends at {last.end / 3600:.1f} h; one {fmt} file at {SAMPLING_RATE} "
+                       f"Hz holds at most {max_wav_samples(fmt) / SAMPLING_RATE / 3600:.1f} h")
+
+
 def check_inputs(args) -> Inputs:
     """Read and check every input that can be checked without the model (files, option values, formats)."""
     from .api import OptionError, check_options
     from .audio.io import load_audio, output_format
+    from .audio.postprocess import MAX_REFERENCE_SECONDS
 
     if args.output == "-" and args.format not in (None, "wav16", "wav24", "wav32"):
         raise ValueError(f"-o - streams WAV; --format {args.format} needs a file name")
@@ -227,8 +240,8 @@ def check_inputs(args) -> Inputs:
     if args.save_voice and not (args.ref_wav or args.ref_rvq):
         raise ValueError("--save-voice saves the reference of --ref-wav (or --ref-rvq): give one")
     voice = None
-    if args.ref_wav:
-        load_audio(args.ref_wav)  # a missing or unreadable reference fails now, not after loading
+    if args.ref_wav:  # a missing, unreadable or overlong reference fails now, not after loading
+        load_audio(args.ref_wav, max_seconds=MAX_REFERENCE_SECONDS)
     elif args.ref_rvq:
         from .codec.voice import VoicePrompt
 
@@ -240,6 +253,7 @@ def check_inputs(args) -> Inputs:
         from .audio.srt import load_srt
 
         cues = load_srt(args.srt)
+        check_timeline(args.srt, cues, fmt)
         text = None
         sample = " ".join(c.text for c in cues)
     elif incremental:

@@ -11,6 +11,7 @@ Pure Python + numpy (soundfile for reading); it never touches ggml. Modules:
 
 from .io import AudioFileError, WavStreamWriter, load_audio, write_wav
 from .postprocess import (
+    MAX_REFERENCE_SECONDS,
     cross_fade_chunks,
     fade_and_pad,
     postprocess_output,
@@ -30,6 +31,7 @@ __all__ = [
     "cross_fade_chunks",
     "fade_and_pad",
     "preprocess_reference",
+    "MAX_REFERENCE_SECONDS",
     "postprocess_output",
     "Cue",
     "SrtError",

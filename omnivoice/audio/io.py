@@ -23,23 +23,24 @@ tag, zeros until then), which a stream leaves out (the stream then keeps the enc
 at the start). Constant bit rate lets decoders that estimate an MP3's length from its size (libmpg123) read a
 stream without its Info tag to the end; a variable-rate one they would cut short.
 
-``write_wav`` writes a temporary file in the target directory and renames it over the target, so a
-failure never leaves a partial file. ``WavStreamWriter`` writes to a pipe: its header declares the
-RIFF and data sizes (and the float ``fact`` sample count) as ``0xFFFFFFFF``, the "unknown length"
-that ffmpeg, sox and libsndfile read as "until end of stream"; if the stream turns out to be
-seekable, ``close()`` patches the real sizes in.
+``write_wav`` and ``write_audio`` go through ``omnivoice.files.atomic_write``, so a failure never
+leaves a partial file. ``WavStreamWriter`` writes to a pipe: its header declares the RIFF and data
+sizes (and the float ``fact`` sample count) as ``0xFFFFFFFF``, the "unknown length" that ffmpeg,
+sox and libsndfile read as "until end of stream"; if the stream turns out to be seekable,
+``close()`` patches the real sizes in.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-import tempfile
 from pathlib import Path
 from typing import BinaryIO, Union
 
 import numpy as np
 import soundfile as sf
+
+from ..files import atomic_write, atomic_write_bytes
 
 __all__ = [
     "AudioFileError",
@@ -54,6 +55,7 @@ __all__ = [
     "load_audio",
     "encode_samples",
     "wav_header",
+    "max_wav_samples",
     "write_wav",
     "WavStreamWriter",
 ]
@@ -71,10 +73,11 @@ _SOUNDFILE_OPTIONS = {"mp3": {"bitrate_mode": "CONSTANT", "compression_level": 0
 _EXTENSIONS = {".wav": "wav16", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg", ".opus": "opus", ".mp3": "mp3"}
 
 _UNKNOWN_SIZE = 0xFFFFFFFF
+_BLOCK_SAMPLES = 1 << 20  # samples encoded at a time by write_wav (encoding works in float64: 8 MiB)
 
 
 class AudioFileError(ValueError):
-    """An audio file that cannot be read as audio, or an output path that cannot be written."""
+    """An audio file that cannot be read as audio (the message names the file and the problem)."""
 
 
 def _describe(source) -> str:
@@ -83,12 +86,13 @@ def _describe(source) -> str:
     return getattr(source, "name", None) or "<file object>"
 
 
-def load_audio(source: PathOrFile) -> tuple[np.ndarray, int]:
+def load_audio(source: PathOrFile, max_seconds: float | None = None) -> tuple[np.ndarray, int]:
     """Read any file soundfile can decode; return ``(mono float32 samples, sample_rate)``.
 
     Multi-channel audio is averaged to mono in float32, as the reference does. Raises
-    ``AudioFileError`` (a ValueError) naming the file when it does not exist, is not audio, or holds
-    no samples.
+    ``AudioFileError`` (a ValueError) naming the file when it does not exist, is not audio, holds
+    no samples, or (with ``max_seconds``) is longer than that: the length comes from the header, so
+    a long file (or one whose header claims a tiny sample rate) is refused before it is read.
     """
     name = _describe(source)
     if isinstance(source, (str, os.PathLike)):
@@ -100,7 +104,12 @@ def load_audio(source: PathOrFile) -> tuple[np.ndarray, int]:
         if path.is_file() and path.stat().st_size == 0:
             raise AudioFileError(f"{name}: is empty (0 bytes), not an audio file")
     try:
-        data, rate = sf.read(source, dtype="float32", always_2d=True)
+        with sf.SoundFile(source) as f:
+            rate, frames = f.samplerate, f.frames
+            if max_seconds is not None and rate > 0 and frames / rate > max_seconds:
+                raise AudioFileError(f"{name}: {frames / rate:.1f} s of audio ({frames} samples at {rate} Hz) "
+                                     f"is over the {max_seconds:g} s limit")
+            data = f.read(dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
         raise AudioFileError(
             f"{name}: not a readable audio file (soundfile/libsndfile: {exc}); "
@@ -193,66 +202,31 @@ def wav_header(sample_rate: int, fmt: str = "wav16", n_samples: int | None = Non
     return b"RIFF" + struct.pack("<I", riff_size) + b"WAVE" + chunks + b"data" + struct.pack("<I", data_size)
 
 
-def atomic_write_bytes(path: Union[str, "os.PathLike[str]"], blob: bytes, what: str = "the output") -> None:
-    """Write ``blob`` to ``path`` whole or not at all: a temporary file in the same directory, then a rename.
-
-    A ``path`` that exists but is not a regular file (``/dev/null``, a named pipe) is written in place. An
-    unwritable path raises ``AudioFileError`` naming it.
-    """
-    target = Path(os.fspath(path))
-    if target.is_dir():
-        raise AudioFileError(f"{target}: is a directory; give a file name for {what}")
-    if target.exists() and not target.is_file():
-        # A device or FIFO (/dev/null, a named pipe): renaming over it would replace the node
-        # itself, so write into it; there is no partial *file* to leave behind.
-        try:
-            with open(target, "wb") as f:
-                f.write(blob)
-        except OSError as exc:
-            raise AudioFileError(f"{target}: cannot write ({exc.strerror or exc})") from exc
-        return
-    directory = target.parent
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise AudioFileError(f"{target}: cannot write here ({exc.strerror or exc})") from exc
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp creates 0600; give the file the permissions a plain open() would.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_name, 0o666 & ~umask)
-        os.replace(tmp_name, target)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp_name)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise AudioFileError(f"{target}: cannot write ({exc.strerror or exc})") from exc
-        raise
-
-
-def atomic_write_text(path: Union[str, "os.PathLike[str]"], text: str) -> None:
-    """UTF-8 text written whole or not at all (see atomic_write_bytes)."""
-    atomic_write_bytes(path, text.encode("utf-8"), what="the text")
+def max_wav_samples(fmt: str = "wav16") -> int:
+    """The most mono samples one WAV file in ``fmt`` can hold (its RIFF sizes are 32-bit: 4 GiB)."""
+    _, bits = _check_format(fmt)
+    header = len(wav_header(1, fmt, 0))  # RIFF size = header - 8 + data + pad byte
+    return (0xFFFFFFFF - (header - 8) - 1) // (bits // 8)
 
 
 def write_wav(path: Union[str, "os.PathLike[str]"], audio: np.ndarray, sample_rate: int, fmt: str = "wav16") -> None:
     """Write mono ``audio`` to ``path`` as a WAV file in ``fmt`` (wav16, wav24 or wav32), atomically.
 
-    The bytes go to a temporary file in the same directory, which then replaces ``path``; on any
-    failure the temporary file is removed and ``path`` is left as it was. A ``path`` that exists
-    but is not a regular file (``/dev/null``, a named pipe) is written in place instead. An
-    unwritable path raises ``AudioFileError`` naming it.
+    The file is written whole or not at all (omnivoice.files.atomic_write): a failure leaves ``path`` as it
+    was, and a ``path`` that is a device or named pipe is written in place. Samples are encoded a block at a
+    time, so a long output (hours of SRT timeline, mostly silence) costs a few MiB beyond the audio itself. An
+    unwritable path raises ``FileWriteError`` (a ValueError) naming it; NaN or infinite samples raise
+    ValueError.
     """
-    data = encode_samples(audio, fmt)
-    n_samples = len(data) // (WAV_FORMATS[fmt][1] // 8)
-    blob = wav_header(sample_rate, fmt, n_samples) + data + (b"\0" if len(data) & 1 else b"")
-    atomic_write_bytes(path, blob, what="the WAV output")
+    a = as_mono(audio)
+    header = wav_header(sample_rate, fmt, len(a))
+    block = WAV_FORMATS[fmt][1] // 8
+    with atomic_write(path, "the WAV output") as f:
+        f.write(header)
+        for i in range(0, len(a), _BLOCK_SAMPLES):
+            f.write(encode_samples(a[i:i + _BLOCK_SAMPLES], fmt))  # checks its block for NaN and infinities
+        if len(a) * block & 1:
+            f.write(b"\0")
 
 
 def output_format(path: Union[str, "os.PathLike[str]"], fmt: str | None = None) -> str:

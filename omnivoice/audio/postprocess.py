@@ -60,6 +60,11 @@ logger = logging.getLogger(__name__)
 
 SAMPLING_RATE = 24000  # the model's rate: every reference step runs at it
 HOP_LENGTH = 960  # codec samples per frame at 24 kHz
+# The longest reference clip encoded as a voice prompt. The reference recommends 3-10 s and warns above 20 s
+# (and trims to 20 s when it has no transcript); we refuse past 3 times that: the full-size codec's encode graph
+# takes 52 MiB per second of audio (3.1 GiB at 60 s, 41 GiB at 10 minutes, measured with
+# ggml_backend_sched_reserve_size), and every LM step reads the prompt again.
+MAX_REFERENCE_SECONDS = 60.0
 _PYDUB_SILENT_RATE = 11025  # AudioSegment.silent()'s default rate, the seed of remove_silence's concat
 
 AudioChunks = Union[np.ndarray, Sequence[np.ndarray]]
@@ -513,13 +518,17 @@ def preprocess_reference(
     Returns ``(audio, ref_rms)``: float32 mono at ``target_rate`` ready for the codec encoder, and
     the RMS measured before any gain or trimming (what the output loudness step needs).
 
-    Raises ValueError when the clip is empty, silent (nothing left after silence removal) or
-    shorter than one codec frame; the reference would fail later, inside the encoder.
+    Raises ValueError when the clip is empty, longer than ``MAX_REFERENCE_SECONDS``, silent (nothing
+    left after silence removal) or shorter than one codec frame; the reference would fail later,
+    inside the encoder (or, for a long clip, run out of memory there).
     """
     a = downmix(audio)
     rate = check_rate(sample_rate)
     if a.shape[-1] == 0:
         raise ValueError("reference audio is empty (0 samples)")
+    if a.shape[-1] / rate > MAX_REFERENCE_SECONDS:  # before resampling: a header saying 8 Hz makes hours of it
+        raise ValueError(f"reference audio is {a.shape[-1] / rate:.1f} s long ({a.shape[-1]} samples at {rate} Hz); "
+                         f"a voice prompt takes at most {MAX_REFERENCE_SECONDS:g} s (3-10 s recommended)")
     if not np.all(np.isfinite(a)):
         raise ValueError("reference audio contains NaN or infinite samples")
     if rate != target_rate:

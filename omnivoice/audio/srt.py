@@ -4,8 +4,8 @@ Accepted input: blocks separated by one or more blank lines, each block being a 
 timing line ``HH:MM:SS,mmm --> HH:MM:SS,mmm`` and zero or more text lines. Tolerated: a UTF-8 BOM,
 CRLF or CR line ends, ``.`` instead of ``,`` before the milliseconds, hours of any number of
 digits, spaces around the arrow, and trailing text after the end time (the position hints some
-editors write, ignored). Cue numbers need not be consecutive. Anything else raises ``SrtError``
-naming the line number and what was expected there.
+editors write, ignored). Cue numbers need not be consecutive. Times past ``MAX_HOURS`` hours are
+refused. Anything else raises ``SrtError`` naming the line number and what was expected there.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import numpy as np
 
 from .io import check_rate
 
-__all__ = ["Cue", "SrtError", "parse_srt", "load_srt", "place_cues"]
+__all__ = ["Cue", "SrtError", "parse_srt", "load_srt", "place_cues", "timeline_samples", "MAX_HOURS"]
+
+MAX_HOURS = 99_999  # far past any real subtitle; bounds the numbers (a 400-digit hour field overflows a float)
 
 _TIME = r"(\d+):([0-5]\d):([0-5]\d)[,.](\d{3})"
 _TIMING_RE = re.compile(rf"^\s*{_TIME}\s*-->\s*{_TIME}(?:\s.*)?$")
@@ -47,7 +49,9 @@ class Cue:
         return self.end - self.start
 
 
-def _seconds(h: str, m: str, s: str, ms: str) -> float:
+def _seconds(h: str, m: str, s: str, ms: str, where: str) -> float:
+    if len(h.lstrip("0")) > len(str(MAX_HOURS)) or int(h) > MAX_HOURS:
+        raise SrtError(f"{where}: time {h[:12]}{'...' if len(h) > 12 else ''}:{m}:{s},{ms} is past {MAX_HOURS} hours")
     return int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000.0
 
 
@@ -83,8 +87,8 @@ def parse_srt(text: str, source: str = "<srt>") -> list[Cue]:
                 f"{source}:{i + 1}: expected a timing line 'HH:MM:SS,mmm --> HH:MM:SS,mmm', "
                 f"got {lines[i].strip()[:60]!r}"
             )
-        start = _seconds(*t.groups()[:4])
-        end = _seconds(*t.groups()[4:])
+        start = _seconds(*t.groups()[:4], f"{source}:{i + 1}")
+        end = _seconds(*t.groups()[4:], f"{source}:{i + 1}")
         if end < start:
             raise SrtError(
                 f"{source}:{i + 1}: cue {index} ends before it starts ({end:.3f} s < {start:.3f} s)"
@@ -135,7 +139,7 @@ def place_cues(cues: Sequence[Cue], audios: Sequence[np.ndarray], sample_rate: i
         return np.zeros(0, dtype=np.float32)
     slots = [(int(round(c.start * rate)), int(round(c.end * rate))) for c in cues]
     order = sorted(range(len(cues)), key=lambda k: (slots[k][0], k))
-    total = max(end for _, end in slots)
+    total = timeline_samples(cues, rate)
     timeline = np.zeros(total, dtype=np.float32)
     for pos, k in enumerate(order):
         start, end = slots[k]
@@ -147,3 +151,8 @@ def place_cues(cues: Sequence[Cue], audios: Sequence[np.ndarray], sample_rate: i
         n = max(0, min(len(clip), end - start))
         timeline[start : start + n] = clip[:n]
     return timeline
+
+
+def timeline_samples(cues: Sequence[Cue], sample_rate: int) -> int:
+    """Length in samples of the timeline place_cues makes: up to the latest cue end (0 without cues)."""
+    return max((int(round(c.end * sample_rate)) for c in cues), default=0)

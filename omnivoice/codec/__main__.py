@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from .. import cli
-from ..audio import load_audio, preprocess_reference
+from ..audio import MAX_REFERENCE_SECONDS, load_audio, preprocess_reference
 from ..audio.io import OUTPUT_FORMATS, output_format, write_audio
 from .rvq_format import MAGIC, RvqFormatError, read_rvq, save_rvq
 
@@ -72,7 +72,7 @@ def _load(args: argparse.Namespace, part: str):
 
 
 def encode_file(args: argparse.Namespace, src: Path, dst: Path) -> str:
-    audio, rate = load_audio(src)
+    audio, rate = load_audio(src, max_seconds=MAX_REFERENCE_SECONDS)
     with _load(args, "encode") as codec:
         clip, ref_rms = preprocess_reference(audio, rate, preprocess=not args.no_preprocess,
                                              target_rate=codec.sample_rate, hop_length=codec.hop_length)

@@ -12,14 +12,16 @@ Layout (all little-endian), a 40-byte header followed by the codes:
     24      float32   frame_rate in frames per second (25.0; hop = sample_rate / frame_rate = 960 samples)
     28      uint32    codebook_size (1024): every code lies in [0, codebook_size)
     32      float32   ref_rms: RMS of the reference clip before loudness normalisation (what the synthesis
-                      loudness step needs), NaN when unknown
+                      loudness step needs), finite and >= 0; the quiet NaN 0x7FC00000 when unknown
     36      uint32    reserved, 0
     40      int32     codes[n_codebooks][n_frames], codebook-major (row k holds codebook k for every frame)
 
 The file size is exactly header size + 4 * n_codebooks * n_frames. Readers reject a wrong magic, a newer
-version, a header smaller than 40 bytes, a size mismatch or out-of-range codes with an RvqFormatError naming
-the file and the field; a larger header (a later minor addition) is skipped. Writes are atomic (temporary file
-in the same directory, then rename).
+version, a header smaller than 40 bytes, more than MAX_CODEBOOKS codebooks or MAX_FRAMES frames, a size
+mismatch, out-of-range codes or a ref_rms that is infinite, negative or any NaN but the one meaning "unknown",
+with an RvqFormatError naming the file and the field; a larger header (a later minor addition) is skipped.
+The header is checked before the codes are read. Writes are atomic
+(omnivoice.files.atomic_write).
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from __future__ import annotations
 import math
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
 import numpy as np
+
+from ..files import atomic_write
 
 MAGIC = b"ORVQ"
 VERSION = 1
@@ -40,6 +43,12 @@ HEADER = struct.Struct("<4sIIIIIfIfI")
 HEADER_SIZE = HEADER.size  # 40
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+# One clip's codes: a voice prompt is seconds long (the encoder takes at most 60 s). An hour of frames keeps any
+# file's decoded audio far inside one WAV file; a header claiming a million frames is refused before reading.
+MAX_FRAMES = 90_000
+MAX_CODEBOOKS = 64
+_RMS_UNKNOWN = struct.pack("<f", float("nan"))  # b"\x00\x00\xc0\x7f": what save_rvq writes for ref_rms=None
 
 
 class RvqFormatError(ValueError):
@@ -87,28 +96,16 @@ def save_rvq(path: PathLike, codes, *, sample_rate: int = 24000, frame_rate: flo
         raise ValueError(f"{target}: sample_rate must be a positive integer, got {sample_rate!r}")
     if not (math.isfinite(frame_rate) and frame_rate > 0):
         raise ValueError(f"{target}: frame_rate must be a positive number, got {frame_rate!r}")
+    if ref_rms is not None and not (math.isfinite(ref_rms) and ref_rms >= 0):
+        raise ValueError(f"{target}: ref_rms must be a finite RMS >= 0 (or None), got {ref_rms!r}")
+    if a.shape[1] > MAX_FRAMES:
+        raise ValueError(f"{target}: {a.shape[1]} frames; a .rvq file holds at most {MAX_FRAMES}")
     rms = float("nan") if ref_rms is None else float(ref_rms)
     header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, a.shape[0], a.shape[1], int(sample_rate),
                          float(frame_rate), int(codebook_size), rms, 0)
-    if target.is_dir():
-        raise ValueError(f"{target}: is a directory; give a file name for the .rvq output")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(a.tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(target, "the .rvq output") as f:
+        f.write(header)
+        f.write(a.tobytes())
 
 
 def read_rvq(path: PathLike) -> RvqFile:
@@ -116,32 +113,45 @@ def read_rvq(path: PathLike) -> RvqFile:
     p = Path(os.fspath(path))
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such .rvq file")
-    blob = p.read_bytes()
-    if len(blob) < HEADER_SIZE:
-        raise RvqFormatError(f"{p}: {len(blob)} bytes is too short for a .rvq header ({HEADER_SIZE} bytes)")
-    magic, version, header_size, n_cb, n_frames, sr, fr, cb_size, rms, _ = HEADER.unpack_from(blob)
-    if magic != MAGIC:
-        raise RvqFormatError(f"{p}: not a .rvq file (magic {magic!r}, expected {MAGIC!r})")
-    if version < 1 or version > VERSION:
-        raise RvqFormatError(f"{p}: .rvq version {version} is not supported (this reader knows 1..{VERSION})")
-    if header_size < HEADER_SIZE:
-        raise RvqFormatError(f"{p}: header size field is {header_size}, expected at least {HEADER_SIZE}")
-    if n_cb < 1 or n_frames < 1:
-        raise RvqFormatError(f"{p}: shape [{n_cb}, {n_frames}] is empty (n_codebooks and n_frames must be >= 1)")
-    if sr == 0 or not (math.isfinite(fr) and fr > 0):
-        raise RvqFormatError(f"{p}: sample_rate {sr} / frame_rate {fr} must be positive")
-    if cb_size < 1:
-        raise RvqFormatError(f"{p}: codebook_size field is {cb_size}, must be >= 1")
-    expected = header_size + 4 * n_cb * n_frames
-    if len(blob) != expected:
-        raise RvqFormatError(f"{p}: file has {len(blob)} bytes; its header ([{n_cb}, {n_frames}] int32 codes "
-                             f"after {header_size} header bytes) needs exactly {expected}")
-    codes = np.frombuffer(blob, dtype="<i4", offset=header_size).reshape(n_cb, n_frames).astype(np.int32)
+    with open(p, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(HEADER_SIZE)
+        if len(head) < HEADER_SIZE:
+            raise RvqFormatError(f"{p}: {size} bytes is too short for a .rvq header ({HEADER_SIZE} bytes)")
+        magic, version, header_size, n_cb, n_frames, sr, fr, cb_size, rms, _ = HEADER.unpack(head)
+        if magic != MAGIC:
+            raise RvqFormatError(f"{p}: not a .rvq file (magic {magic!r}, expected {MAGIC!r})")
+        if version < 1 or version > VERSION:
+            raise RvqFormatError(f"{p}: .rvq version {version} is not supported (this reader knows 1..{VERSION})")
+        if header_size < HEADER_SIZE:
+            raise RvqFormatError(f"{p}: header size field is {header_size}, expected at least {HEADER_SIZE}")
+        if n_cb < 1 or n_frames < 1:
+            raise RvqFormatError(f"{p}: shape [{n_cb}, {n_frames}] is empty (n_codebooks and n_frames must be >= 1)")
+        if n_cb > MAX_CODEBOOKS or n_frames > MAX_FRAMES:
+            raise RvqFormatError(f"{p}: shape [{n_cb}, {n_frames}] is too large (at most {MAX_CODEBOOKS} codebooks "
+                                 f"of {MAX_FRAMES} frames, an hour at 25 frames/s)")
+        if sr == 0 or not (math.isfinite(fr) and fr > 0):
+            raise RvqFormatError(f"{p}: sample_rate {sr} / frame_rate {fr} must be positive")
+        if cb_size < 1:
+            raise RvqFormatError(f"{p}: codebook_size field is {cb_size}, must be >= 1")
+        unknown_rms = head[32:36] == _RMS_UNKNOWN
+        if not unknown_rms and not (math.isfinite(rms) and rms >= 0):
+            raise RvqFormatError(f"{p}: ref_rms field is {rms} (bytes {head[32:36].hex()}); expected a finite RMS "
+                                 f">= 0, or NaN ({_RMS_UNKNOWN.hex()}) for unknown")
+        expected = header_size + 4 * n_cb * n_frames
+        if size != expected:
+            raise RvqFormatError(f"{p}: file has {size} bytes; its header ([{n_cb}, {n_frames}] int32 codes "
+                                 f"after {header_size} header bytes) needs exactly {expected}")
+        f.seek(header_size)
+        blob = f.read(4 * n_cb * n_frames)
+    if len(blob) != 4 * n_cb * n_frames:
+        raise RvqFormatError(f"{p}: file shrank while it was read")
+    codes = np.frombuffer(blob, dtype="<i4").reshape(n_cb, n_frames).astype(np.int32)
     lo, hi = int(codes.min()), int(codes.max())
     if lo < 0 or hi >= cb_size:
         raise RvqFormatError(f"{p}: codes must lie in [0, {cb_size}) (codebook_size); found min {lo}, max {hi}")
     return RvqFile(codes=codes, sample_rate=int(sr), frame_rate=float(fr), codebook_size=int(cb_size),
-                   ref_rms=None if math.isnan(rms) else float(rms))
+                   ref_rms=None if unknown_rms else float(rms))
 
 
 def load_rvq(path: PathLike) -> np.ndarray:

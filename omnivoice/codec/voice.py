@@ -49,7 +49,7 @@ class VoicePrompt:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the codes and loudness to PATH (a .rvq file) and the transcript to PATH.txt, each atomically."""
-        from ..audio.io import atomic_write_text
+        from ..files import atomic_write_text
 
         save_rvq(path, self.codes, ref_rms=self.rms)
         atomic_write_text(transcript_path(path), self.text)

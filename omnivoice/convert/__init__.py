@@ -61,7 +61,7 @@ def _made_from(path: Path, source: str) -> bool:
     """Whether the GGUF at `path` records `source` as what it was converted from."""
     from ..gguf.reader import GGUFFormatError, read_gguf_metadata
 
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():  # a planted link is replaced, whatever it records
         return False
     try:
         return read_gguf_metadata(str(path), [K.SOURCE_SHA256]).get(K.SOURCE_SHA256) == source

@@ -44,31 +44,52 @@ class SafetensorsFile:
             raw = f.read(n)
         try:
             header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
             raise CheckpointError(f"{self.path}: corrupt safetensors header (not valid JSON: {e})") from None
         if not isinstance(header, dict):
             raise CheckpointError(f"{self.path}: corrupt safetensors header (not a JSON object)")
-        self.metadata = header.pop("__metadata__", None) or {}
+        metadata = header.pop("__metadata__", None) or {}
+        if not isinstance(metadata, dict):
+            raise CheckpointError(f"{self.path}: corrupt safetensors header (__metadata__ is not a JSON object)")
+        self.metadata = metadata
         self._data_start = 8 + n
         data_size = size - self._data_start
         self._entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
         for name, e in header.items():
-            try:
-                dtype, shape, (begin, end) = e["dtype"], tuple(int(d) for d in e["shape"]), e["data_offsets"]
-            except (KeyError, TypeError, ValueError):
-                raise CheckpointError(f"{self.path}: corrupt safetensors header entry for tensor {name!r}") from None
-            if dtype not in _DTYPES:
-                raise CheckpointError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype!r}")
-            want = math.prod(shape) * _DTYPES[dtype].itemsize
-            if any(d < 0 for d in shape) or end - begin != want or begin < 0:
-                raise CheckpointError(
-                    f"{self.path}: corrupt safetensors header: tensor {name!r} {dtype}{list(shape)} needs "
-                    f"{want} bytes, its offsets [{begin}, {end}) span {end - begin}")
+            dtype, shape, begin, end = self._check_entry(name, e)
             if end > data_size:
                 raise CheckpointError(
                     f"{self.path}: truncated safetensors file: tensor {name!r} needs bytes [{begin}, {end}) "
                     f"of the data section, the file holds only {data_size}")
-            self._entries[name] = (dtype, shape, int(begin), int(end))
+            self._entries[name] = (dtype, shape, begin, end)
+
+    def _check_entry(self, name: str, e) -> tuple[str, tuple[int, ...], int, int]:
+        """An entry's dtype, shape and offsets, each of the type the format prescribes (a dtype string, lists of
+        non-negative integers: JSON 2.0 or "2" are refused, not rounded or parsed) and consistent in size."""
+        def bad(what: str) -> CheckpointError:
+            return CheckpointError(f"{self.path}: corrupt safetensors header: tensor {name!r} {what}")
+
+        def count(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+        if not isinstance(e, dict) or not {"dtype", "shape", "data_offsets"} <= e.keys():
+            raise bad("needs an object with dtype, shape and data_offsets")
+        dtype, shape, offsets = e["dtype"], e["shape"], e["data_offsets"]
+        if not isinstance(dtype, str):
+            raise bad(f"has dtype {dtype!r}; expected a string such as \"F32\"")
+        if dtype not in _DTYPES:
+            raise CheckpointError(f"{self.path}: tensor {name!r} has unsupported dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(count(d) for d in shape):
+            raise bad(f"has shape {shape!r}; expected a list of non-negative integers")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(count(o) for o in offsets):
+            raise bad(f"has data_offsets {offsets!r}; expected [begin, end], non-negative integers")
+        begin, end = offsets
+        want = math.prod(shape) * _DTYPES[dtype].itemsize
+        if end - begin != want:
+            raise CheckpointError(
+                f"{self.path}: corrupt safetensors header: tensor {name!r} {dtype}{list(shape)} needs "
+                f"{want} bytes, its offsets [{begin}, {end}) span {end - begin}")
+        return dtype, tuple(shape), begin, end
 
     def names(self) -> list[str]:
         """Tensor names in storage order."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import types
+from . import memory, types
 from ._ffi import consts, ffi, lib
 from .backend import Runtime
 
@@ -136,9 +136,12 @@ def write_tensor(t, array: np.ndarray, what: str = "") -> None:
 class Graph:
     """One compute graph on a runtime's backends, allocated by its own scheduler and replayable."""
 
-    def __init__(self, runtime: Runtime, max_nodes: int = DEFAULT_MAX_NODES) -> None:
+    def __init__(self, runtime: Runtime, max_nodes: int = DEFAULT_MAX_NODES, what: str = "the compute graph"
+                 ) -> None:
+        """`what` names the graph in an out-of-memory error ("the codec encoder's graph for 12.0 s of audio")."""
         self.runtime = runtime
         self.max_nodes = max_nodes
+        self.what = what
         self.ctx = new_context(max_nodes * 2, max_nodes)
         self._inputs: dict[str, object] = {}
         self._outputs: dict[str, object] = {}
@@ -181,7 +184,12 @@ class Graph:
         return t
 
     def allocate(self) -> None:
-        """Build the graph from the outputs and allocate it on the scheduler (once)."""
+        """Build the graph from the outputs and allocate it on the scheduler (once).
+
+        The compute buffers are measured first and checked against the memory each device has left; a graph
+        that does not fit raises MemoryError naming `what`, the size and what is available, before anything
+        is allocated.
+        """
         if not self._outputs:
             raise ValueError("graph has no outputs")
         self._gf = lib.ggml_new_graph_custom(self.ctx, self.max_nodes, False)
@@ -195,9 +203,24 @@ class Graph:
         self._sched = lib.ggml_backend_sched_new(arr, ffi.NULL, len(backends), self.max_nodes, False, True)
         if self._sched == ffi.NULL:
             raise RuntimeError("ggml_backend_sched_new failed")
-        if not lib.ggml_backend_sched_alloc_graph(self._sched, self._gf):
-            raise MemoryError("could not allocate the compute graph on "
-                              f"{self.runtime.device.spec} (out of device memory?)")
+        self._check_memory(backends)
+        # Reserve before allocating: ggml 0.20.2's ggml_backend_sched_alloc_graph ignored a failed buffer
+        # allocation in its retry path and then wrote through the missing buffer (SIGSEGV); reserve reports it.
+        if not lib.ggml_backend_sched_reserve(self._sched, self._gf) or \
+                not lib.ggml_backend_sched_alloc_graph(self._sched, self._gf):
+            raise MemoryError(f"could not allocate {self.what} on {self.runtime.device.spec} "
+                              "(out of device memory)")
+
+    def _check_memory(self, backends: list) -> None:
+        """Measure the compute buffers the graph needs (nothing is allocated) against what each device has."""
+        sizes = ffi.new("size_t[]", len(backends))
+        lib.ggml_backend_sched_reserve_size(self._sched, self._gf, sizes)
+        for backend, size in zip(backends, sizes):
+            free = memory.available(backend)
+            if free is not None and size > free:
+                name = ffi.string(lib.ggml_backend_name(backend)).decode()
+                raise MemoryError(f"{self.what} needs {memory.describe(size)} of {name} memory for its "
+                                  f"activations; {memory.describe(free)} is available")
 
     @property
     def n_nodes(self) -> int:

@@ -1,14 +1,13 @@
 """Streaming GGUF output: typed metadata, tensor encodings (F32/F16/BF16/Q8_0), atomic file replacement.
 
 Tensors are produced one at a time by callables, so memory stays at the largest tensor even for the
-full-size model. The file is written as ``.NAME.tmp-PID`` in the output directory and renamed at the end;
-on any error the temporary file is removed, so a half-written GGUF is never left behind.
+full-size model. The file goes through omnivoice.files.atomic_write (a temporary file created exclusively in
+the output directory, renamed at the end, removed on any error), so a half-written GGUF is never left behind.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,9 @@ from typing import Any, Callable
 
 import gguf
 import numpy as np
+from gguf.gguf_writer import WriterState
+
+from ..files import atomic_write
 
 
 class GGUFWriteError(ValueError):
@@ -39,6 +41,20 @@ _VTYPES = {
     "u32": gguf.GGUFValueType.UINT32, "i32": gguf.GGUFValueType.INT32, "f32": gguf.GGUFValueType.FLOAT32,
     "bool": gguf.GGUFValueType.BOOL, "str": gguf.GGUFValueType.STRING,
 }
+
+
+class _FileWriter(gguf.GGUFWriter):
+    """gguf-py's writer onto a file we opened: it would open a path itself, following a symbolic link planted
+    at the name (omnivoice.files.atomic_write creates the file exclusively instead)."""
+
+    def __init__(self, fout, arch: str) -> None:
+        super().__init__(None, arch)
+        self._target = fout
+
+    def open_output_file(self, path=None) -> None:
+        if self.fout is None:
+            self.fout = [self._target]
+            self.state = WriterState.EMPTY
 
 
 @dataclass
@@ -89,10 +105,9 @@ def write_gguf(path: Path, arch: str, kv: list[tuple[str, Any, str]], tensors: l
         if t.qtype not in QTYPES:
             raise GGUFWriteError(f"tensor {t.name!r}: unknown output type {t.qtype!r}")
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    writer = gguf.GGUFWriter(tmp, arch)
-    writer.add_custom_alignment(ALIGNMENT)
-    try:
+    with atomic_write(path, "the GGUF output") as f:
+        writer = _FileWriter(f, arch)
+        writer.add_custom_alignment(ALIGNMENT)
         for key, value, vtype in kv:
             if vtype.startswith("["):
                 sub = _VTYPES[vtype[1:-1]]
@@ -114,10 +129,4 @@ def write_gguf(path: Path, arch: str, kv: list[tuple[str, Any, str]], tensors: l
                 print(f"{label}[{i + 1:4d}/{len(tensors)}] {t.name} {list(t.shape)} {t.qtype}{src}",
                       file=sys.stderr, flush=True)
             writer.write_tensor_data(encode(values, t.qtype))
-        writer.close()
-        os.replace(tmp, path)
-    except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
-        raise
     return path

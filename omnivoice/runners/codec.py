@@ -106,14 +106,14 @@ class AudioCodec:
         return self.weights.can_decode
 
     # ---------------------------------------------------------------------------------------- graphs
-    def _graph(self, key: tuple, build: Callable[[Graph], None], runtime: Runtime) -> Graph:
+    def _graph(self, key: tuple, build: Callable[[Graph], None], runtime: Runtime, what: str) -> Graph:
         g = self._graphs.get(key)
         if g is not None:
             self._graphs.move_to_end(key)
             return g
         while len(self._graphs) >= self.max_graphs:
             self._graphs.popitem(last=False)[1].close()
-        g = Graph(runtime)
+        g = Graph(runtime, what=what)
         try:
             build(g)
             g.allocate()
@@ -178,7 +178,8 @@ class AudioCodec:
                     codes = g.input(f"codes{j}", np.int32, (self.n_codebooks, T))
                     g.output(f"audio{j}", model.build_decode(g.ctx, self.weights, self.config, codes))
 
-            g = self._graph(("decode",) + lengths, build, self.runtime)
+            g = self._graph(("decode",) + lengths, build, self.runtime,
+                            f"the codec decoder's graph for {sum(lengths)} frames")
             out = g.compute(**{f"codes{j}": seqs[w.seq][:, w.start:w.stop] for j, w in enumerate(run)})
             for j, w in enumerate(run):
                 audio = out[f"audio{j}"].reshape(-1)
@@ -227,7 +228,8 @@ class AudioCodec:
             for n in names:
                 g.output(n, out[n])
 
-        g = self._graph(("encode", a.shape[0], bool(return_intermediates)), build, self.encode_runtime)
+        g = self._graph(("encode", a.shape[0], bool(return_intermediates)), build, self.encode_runtime,
+                        f"the codec encoder's graph for {a.shape[0] / cfg.sample_rate:.1f} s of audio")
         out = g.compute(audio=a, audio16=a16)
         codes = np.stack([out[f"codes{k}"].reshape(-1) for k in range(self.n_codebooks)]).astype(np.int32)
         if not return_intermediates:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ggml import Graph, Runtime, WeightStore, lib, types
+from ..gguf import keys as K
 from ..gguf import open_model
 from ..loaders import lm as loader
 from ..models import lm as lm_graph
@@ -73,6 +74,12 @@ class LanguageModel:
     @property
     def metadata(self) -> dict:
         return self.store.metadata
+
+    @property
+    def context_length(self) -> int | None:
+        """Positions one prompt may span (the checkpoint's max_position_embeddings; None if the file omits it)."""
+        n = self.metadata.get(K.LM_CONTEXT_LENGTH)
+        return int(n) if n else None
 
     def session(self, prompts: list[LMInput], guidance_scale: float, greedy: bool,
                 with_logits: bool = False) -> "ChunkSession":
@@ -137,7 +144,7 @@ class ChunkSession:
         self._audio_mask = audio_mask
 
         flash_kv = model.flash_kv if model.flash_attn else None
-        self.graph = g = Graph(model.runtime)
+        self.graph = g = Graph(model.runtime, what=f"the LM graph for {L} positions")
         w = model.weights
         # What stays fixed for the whole chunk lives on the device from the start, like a weight: a graph
         # input would be copied from the host again at every step.
@@ -172,7 +179,11 @@ class ChunkSession:
                 g.output(f"score_{i}", score)
             else:
                 g.output(f"log_probs_{i}", lp)
-        g.allocate()
+        try:
+            g.allocate()
+        except BaseException:  # e.g. MemoryError for a graph too large: free the constants uploaded above
+            self.close()
+            raise
 
     def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:
         ids = self._ids.copy()

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from omnivoice.audio import io as aio
+from omnivoice import files
 from omnivoice.audio.io import AudioFileError, WavStreamWriter, load_audio, write_wav
+from omnivoice.files import FileWriteError
 
 
 # ---------------------------------------------------------------------------
@@ -117,8 +118,8 @@ def test_overwrite_is_atomic(tmp_path, rng, monkeypatch):
     def fail(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(aio.os, "replace", fail)
-    with pytest.raises(AudioFileError, match="No space left"):
+    monkeypatch.setattr(files.os, "replace", fail)
+    with pytest.raises(FileWriteError, match="No space left"):
         write_wav(path, _signal(rng, 100), 24000)
     assert path.read_bytes() == b"previous content"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.wav"]
@@ -158,7 +159,7 @@ def test_unwritable_paths_fail_clearly(tmp_path, rng, where):
     else:
         path = tmp_path
     before = sorted(tmp_path.rglob("*"))
-    with pytest.raises(AudioFileError) as info:
+    with pytest.raises(FileWriteError) as info:
         write_wav(path, _signal(rng, 10), 24000)
     assert str(path) in str(info.value)
     assert sorted(tmp_path.rglob("*")) == before

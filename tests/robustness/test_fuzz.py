@@ -1,0 +1,34 @@
+"""The mutation fuzzer's short run (tools/fuzz.py --ci, about 200 mutants, a forked child each): no mutant of a
+reader's input may crash the process natively, hang it, end in an internal failure or leave a file behind.
+The long run and its table are in docs/ROBUSTNESS.md."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from .conftest import ROOT
+
+TARGETS = ["lm-gguf", "codec-gguf", "wav", "srt", "rvq", "safetensors"]
+
+
+def test_no_mutant_crashes_hangs_or_fails_internally(tiny_checkpoint, tiny_gguf, tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from fuzz import CI
+    finally:
+        sys.path.pop(0)
+    report = tmp_path / "fuzz.json"
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fuzz.py"), "--work", str(tmp_path / "work"),
+                        "--checkpoint", str(tiny_checkpoint), "--gguf", str(tiny_gguf["f32"].parent), "--ci",
+                        "--targets", ",".join(TARGETS), "--json", str(report)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(report.read_text())
+    bad = [c for c in result["cases"] if c["outcome"] in ("native crash", "hang", "exit 1") or c["left"]]
+    assert not bad, json.dumps(bad, indent=1)
+    for t in TARGETS:  # every case ran, and the mutants both passed and failed the readers' checks
+        counts = result["counts"][t]
+        assert sum(counts.values()) == CI[t], (t, counts)
+        assert counts.get("clean error", 0) > 0 and counts.get("accepted", 0) > 0, (t, counts)
