@@ -94,8 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ref-wav", help="reference audio for voice cloning")
     g.add_argument("--ref-text", help="transcript of the reference: the text itself, or a file holding it (a "
                                       "value ending in .txt, or a path without spaces, must name a file)")
-    g.add_argument("--ref-rvq", help="pre-encoded reference codes (.rvq from python -m omnivoice.codec or "
-                                     "--save-voice; its transcript comes from --ref-text or FILE.rvq.txt)")
+    g.add_argument("--ref-rvq", help="pre-encoded reference codes (.rvq from python -m omnivoice.codec, "
+                                     "--save-voice or omnivoice.cpp; its transcript comes from --ref-text or "
+                                     "FILE.rvq.txt)")
     g.add_argument("--save-voice", metavar="FILE.rvq",
                    help="also save the encoded reference for reuse (FILE.rvq + FILE.rvq.txt transcript)")
     g.add_argument("--no-preprocess-prompt", action="store_true",

@@ -20,6 +20,10 @@ The file size is exactly header size + 4 * n_codebooks * n_frames. Readers rejec
 version, a header smaller than 40 bytes, a size mismatch or out-of-range codes with an RvqFormatError naming
 the file and the field; a larger header (a later minor addition) is skipped. Writes are atomic (temporary file
 in the same directory, then rename).
+
+A file without the magic is read as omnivoice.cpp's headerless, bit-packed .rvq (``rvq_packed``), whose number
+of codebooks and codebook size are the codec's (OmniVoice's 8 and 1024 unless the caller passes others);
+``save_rvq(..., fmt=FORMAT_CPP)`` writes that layout.
 """
 
 from __future__ import annotations
@@ -34,12 +38,17 @@ from typing import Union
 
 import numpy as np
 
+from . import rvq_packed
+
 MAGIC = b"ORVQ"
 VERSION = 1
 HEADER = struct.Struct("<4sIIIIIfIfI")
 HEADER_SIZE = HEADER.size  # 40
 
 PathLike = Union[str, "os.PathLike[str]"]
+FORMAT_OMNIVOICE = "omnivoice"      # this container (header, int32 codes)
+FORMAT_CPP = "omnivoice-cpp"        # omnivoice.cpp's headerless bit-packed codes
+FORMATS = (FORMAT_OMNIVOICE, FORMAT_CPP)
 
 
 class RvqFormatError(ValueError):
@@ -55,6 +64,7 @@ class RvqFile:
     frame_rate: float = 25.0
     codebook_size: int = 1024
     ref_rms: float | None = None
+    fmt: str = FORMAT_OMNIVOICE  # which layout the file had (FORMATS)
 
     @property
     def hop_length(self) -> int:
@@ -79,24 +89,34 @@ def _check_codes(codes, codebook_size: int, what: str) -> np.ndarray:
 
 
 def save_rvq(path: PathLike, codes, *, sample_rate: int = 24000, frame_rate: float = 25.0,
-             codebook_size: int = 1024, ref_rms: float | None = None) -> None:
-    """Write codes [n_codebooks, T] (integers in [0, codebook_size)) to `path` as a .rvq file, atomically."""
+             codebook_size: int = 1024, ref_rms: float | None = None, fmt: str = FORMAT_OMNIVOICE) -> None:
+    """Write codes [n_codebooks, T] (integers in [0, codebook_size)) to `path` as a .rvq file, atomically.
+
+    `fmt` FORMAT_CPP writes omnivoice.cpp's headerless layout, which keeps only the codes (no rates, no RMS).
+    """
     target = Path(os.fspath(path))
     a = _check_codes(codes, codebook_size, str(target))
+    if fmt not in FORMATS:
+        raise ValueError(f"{target}: unknown .rvq format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if not (isinstance(sample_rate, (int, np.integer)) and 0 < sample_rate < 2**32):
         raise ValueError(f"{target}: sample_rate must be a positive integer, got {sample_rate!r}")
     if not (math.isfinite(frame_rate) and frame_rate > 0):
         raise ValueError(f"{target}: frame_rate must be a positive number, got {frame_rate!r}")
-    rms = float("nan") if ref_rms is None else float(ref_rms)
-    header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, a.shape[0], a.shape[1], int(sample_rate),
-                         float(frame_rate), int(codebook_size), rms, 0)
+    if fmt == FORMAT_CPP:
+        if codebook_size > 1 << rvq_packed.CODE_BITS:
+            raise ValueError(f"{target}: omnivoice.cpp's .rvq stores {rvq_packed.CODE_BITS}-bit codes; a codebook "
+                             f"of {codebook_size} entries does not fit")
+        payload = rvq_packed.pack_codes(a)
+    else:
+        rms = float("nan") if ref_rms is None else float(ref_rms)
+        payload = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, a.shape[0], a.shape[1], int(sample_rate),
+                              float(frame_rate), int(codebook_size), rms, 0) + a.tobytes()
     if target.is_dir():
         raise ValueError(f"{target}: is a directory; give a file name for the .rvq output")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            f.write(a.tobytes())
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         umask = os.umask(0)
@@ -111,12 +131,18 @@ def save_rvq(path: PathLike, codes, *, sample_rate: int = 24000, frame_rate: flo
         raise
 
 
-def read_rvq(path: PathLike) -> RvqFile:
-    """Read and validate a .rvq file: codes plus its header fields."""
+def read_rvq(path: PathLike, *, n_codebooks: int = 8, codebook_size: int = 1024) -> RvqFile:
+    """Read and validate a .rvq file: codes plus its header fields.
+
+    `n_codebooks` and `codebook_size` are the codec's; only a headerless omnivoice.cpp file needs them (ours
+    carries both in its header).
+    """
     p = Path(os.fspath(path))
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such .rvq file")
     blob = p.read_bytes()
+    if blob[:len(MAGIC)] != MAGIC:
+        return _read_headerless(p, blob, n_codebooks, codebook_size)
     if len(blob) < HEADER_SIZE:
         raise RvqFormatError(f"{p}: {len(blob)} bytes is too short for a .rvq header ({HEADER_SIZE} bytes)")
     magic, version, header_size, n_cb, n_frames, sr, fr, cb_size, rms, _ = HEADER.unpack_from(blob)
@@ -144,6 +170,19 @@ def read_rvq(path: PathLike) -> RvqFile:
                    ref_rms=None if math.isnan(rms) else float(rms))
 
 
-def load_rvq(path: PathLike) -> np.ndarray:
+def _read_headerless(p: Path, blob: bytes, n_codebooks: int, codebook_size: int) -> RvqFile:
+    what = (f"{p}: not a .rvq file (no {MAGIC!r} magic; read as omnivoice.cpp's headerless .rvq for "
+            f"{n_codebooks} codebooks of {codebook_size})")
+    try:
+        codes = rvq_packed.unpack_codes(blob, n_codebooks, what)
+    except ValueError as e:
+        raise RvqFormatError(str(e)) from None
+    hi = int(codes.max())
+    if hi >= codebook_size:
+        raise RvqFormatError(f"{what}: codes must lie in [0, {codebook_size}) (codebook_size); found max {hi}")
+    return RvqFile(codes=codes, codebook_size=int(codebook_size), fmt=FORMAT_CPP)
+
+
+def load_rvq(path: PathLike, *, n_codebooks: int = 8, codebook_size: int = 1024) -> np.ndarray:
     """The int32 codes [n_codebooks, T] of a .rvq file (see read_rvq for the header fields)."""
-    return read_rvq(path).codes
+    return read_rvq(path, n_codebooks=n_codebooks, codebook_size=codebook_size).codes
