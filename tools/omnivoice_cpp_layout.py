@@ -28,6 +28,7 @@ import json
 import struct
 import sys
 from pathlib import Path
+from typing import Callable, Optional
 
 import gguf
 import numpy as np
@@ -37,6 +38,26 @@ CODEC_NAME = "omnivoice-tokenizer-F32.gguf"
 SPECIALS = ("<|denoise|>", "<|lang_start|>", "<|lang_end|>", "<|instruct_start|>", "<|instruct_end|>",
             "<|text_start|>", "<|text_end|>")
 POS_CONV = "semantic_model.encoder.pos_conv_embed.conv"
+# a test's damage: (tensor name, torch-order values) -> values to store instead, or None to leave the tensor out
+Edit = Optional[Callable[[str, np.ndarray], Optional[np.ndarray]]]
+
+
+class _Writer(gguf.GGUFWriter):
+    """gguf-py's writer with a test's damage applied: tensors edited or left out, keys left out."""
+
+    def __init__(self, path: Path, arch: str, edit: Edit = None, drop: tuple[str, ...] = ()) -> None:
+        self.edit, self.drop = edit, set(drop)  # before the base class adds general.architecture
+        super().__init__(path, arch)
+
+    def add_key_value(self, key, val, vtype, sub_type=None) -> None:
+        if key not in self.drop:
+            super().add_key_value(key, val, vtype, sub_type=sub_type)
+
+    def add_tensor(self, name, tensor, *args, **kwargs) -> None:
+        if self.edit is not None:
+            tensor = self.edit(name, tensor)
+        if tensor is not None:
+            super().add_tensor(name, tensor, *args, **kwargs)
 
 
 def _safetensors(path: Path) -> tuple[dict, int]:
@@ -78,12 +99,12 @@ def _finish(w: gguf.GGUFWriter) -> None:
     w.close()
 
 
-def write_base(ckpt: Path, out: Path) -> Path:
-    """omnivoice.cpp's omnivoice-base-F32.gguf of the checkpoint at `ckpt`."""
+def write_base(ckpt: Path, out: Path, edit: Edit = None, drop: tuple[str, ...] = ()) -> Path:
+    """omnivoice.cpp's omnivoice-base-F32.gguf of the checkpoint at `ckpt` (`edit`, `drop`: a test's damage)."""
     cfg = json.loads((ckpt / "config.json").read_text())
     llm = cfg["llm_config"]
     tok = json.loads((ckpt / "tokenizer.json").read_text(encoding="utf-8"))
-    w = gguf.GGUFWriter(out, "omnivoice-lm")
+    w = _Writer(out, "omnivoice-lm", edit, drop)
     w.add_name("OmniVoice")
     w.add_block_count(llm["num_hidden_layers"])
     w.add_embedding_length(llm["hidden_size"])
@@ -120,11 +141,11 @@ def _dropped(name: str) -> bool:
             or ("quantizer.quantizers." in name and name.endswith((".cluster_size", ".embed_avg", ".inited"))))
 
 
-def write_codec(ckpt: Path, out: Path) -> Path:
-    """omnivoice.cpp's omnivoice-tokenizer-F32.gguf of the checkpoint at `ckpt`."""
+def write_codec(ckpt: Path, out: Path, edit: Edit = None, drop: tuple[str, ...] = ()) -> Path:
+    """omnivoice.cpp's omnivoice-tokenizer-F32.gguf of the checkpoint at `ckpt` (`edit`, `drop`: a test's damage)."""
     cfg = json.loads((ckpt / "audio_tokenizer" / "config.json").read_text())
     ac, sm = cfg["acoustic_model_config"], cfg["semantic_model_config"]
-    w = gguf.GGUFWriter(out, "omnivoice-tokenizer")
+    w = _Writer(out, "omnivoice-tokenizer", edit, drop)
     w.add_name("OmniVoice-tokenizer")
     for key in ("sample_rate", "semantic_sample_rate", "downsample_factor", "codebook_size", "codebook_dim"):
         w.add_uint32(f"omnivoice.{key}", cfg[key])

@@ -267,7 +267,8 @@ def read_gguf_metadata(path: str, keys: Optional[Iterable[str]] = None) -> Dict[
 
 def open_model(path, arch: str | None = None) -> GGUFFile:
     """Read a model's GGUF file; clear errors for a missing, non-GGUF or truncated file, and for one whose
-    ``general.architecture`` is not ``arch`` (when given)."""
+    ``general.architecture`` is not ``arch`` (when given). omnivoice.cpp's files come back as ours
+    (omnivoice.gguf.compat.adapt)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path}")
@@ -276,4 +277,6 @@ def open_model(path, arch: str | None = None) -> GGUFFile:
         found = f.metadata.get(GENERAL_ARCHITECTURE)
         if found != arch:
             raise ValueError(f"{path}: {GENERAL_ARCHITECTURE} is {found!r}, expected {arch!r}")
-    return f
+    from .compat import adapt  # compat reads GGUFFile: imported here, not at the top
+
+    return adapt(f)

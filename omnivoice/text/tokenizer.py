@@ -145,10 +145,16 @@ class Tokenizer:
     # ---------------------------------------------------------------- constructors
     @classmethod
     def from_gguf(cls, path: str) -> "Tokenizer":
-        """Load from the tokenizer.ggml.* metadata of a GGUF file (model "gpt2", pre "qwen2")."""
+        """Load from the tokenizer.ggml.* metadata of a GGUF file (model "gpt2", pre "qwen2"); omnivoice.cpp's
+        files have no token types and no pre-tokenizer name: omnivoice.gguf.compat gives them."""
+        from ..gguf import compat, keys as K
+
         keys = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
                 "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
-        meta = read_gguf_metadata(path, keys)
+        # the keys compat tells omnivoice.cpp's files by, and derives their token types from
+        meta = read_gguf_metadata(path, keys + (K.GENERAL_ARCHITECTURE, K.CODEBOOK_LAYER_OFFSETS, *K.SPECIAL_TOKENS))
+        if K.TOKENIZER_TOKENS in meta and K.TOKENIZER_MERGES in meta:
+            meta = compat.complete(meta, {}, path, only=(K.TOKENIZER_PRE, K.TOKENIZER_TOKEN_TYPE))
         for k in keys:
             if k not in meta:
                 raise ValueError(f"{path}: GGUF metadata has no {k!r}; not an OmniVoice LM GGUF with a tokenizer")
