@@ -170,6 +170,9 @@ def adapt(f: GGUFFile) -> GGUFFile:
     return GGUFFile(f.path, meta, tensors, f.mmap, f.data, types)
 
 
+# the weight types a codec file may hold: F32, and those expanded to it at load
+_EXPANDED = {gguf.GGMLQuantizationType[n] for n in ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+                                                   "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")}
 _RANK3 = re.compile(r"(\.alpha|conv\w*\.weight)$")  # Conv1d / ConvTranspose1d weights and Snake alphas
 
 
@@ -181,8 +184,8 @@ def _restore_rank(t: TensorInfo) -> TensorInfo:
 
 def _codec_tensor(t: TensorInfo, shapes: Shapes, source: str) -> TensorInfo:
     raw_conv_t = t.name.endswith(".conv_t1.weight") and len(t.shape) == 3
-    if t.tensor_type == gguf.GGMLQuantizationType.F32 and not raw_conv_t:
-        return t
+    if t.tensor_type not in _EXPANDED or (t.tensor_type == gguf.GGMLQuantizationType.F32 and not raw_conv_t):
+        return t  # F32 as it is; a type that holds no weights (I32, ...) is the loader's to refuse
     values = _as_f32(t, source)                                                     # torch order
     if raw_conv_t:
         k, oc, ic = (int(x) for x in t.shape)

@@ -60,11 +60,13 @@ def test_cpu_product_and_gather(runtime, rng, weights, name):
     w_f32 = quants.dequantize(data, t, weights.size).reshape(weights.shape)
     x = rng.standard_normal((3, 512)).astype(np.float32)
     ids = np.array([5, 0, 15, 5], np.int32)
-    with WeightStore(runtime, [("w", t, [512, 16], data)]) as ws, Graph(runtime) as g:
+    with WeightStore(runtime) as ws, Graph(runtime) as g:
+        w = ws.add("w", t, [512, 16], np.asarray(data).view(np.uint8).reshape(-1))
+        ws.upload()
         xt = g.input("x", np.float32, (3, 512))
         it = g.input("ids", np.int32, (4,))
-        g.output("y", lib.ggml_mul_mat(g.ctx, ws["w"], xt))        # [16, 3]
-        g.output("rows", lib.ggml_get_rows(g.ctx, ws["w"], it))     # [512, 4]
+        g.output("y", lib.ggml_mul_mat(g.ctx, w, xt))               # [16, 3]
+        g.output("rows", lib.ggml_get_rows(g.ctx, w, it))           # [512, 4]
         g.allocate()
         out = g.compute(x=x, ids=ids)
     want = x.astype(np.float64) @ w_f32.T.astype(np.float64)       # [3, 16]
