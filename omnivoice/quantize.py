@@ -40,8 +40,8 @@ import numpy as np
 
 from .gguf import compat
 from .gguf import keys as K
-from .gguf.reader import GGUFFile, GGUFFormatError, TensorInfo, read_gguf
-from .gguf.writer import ALIGNMENT, ENCODED, GGUFWriteError, OutTensor, write_gguf
+from .gguf.reader import GGUFFile, TensorInfo, read_gguf
+from .gguf.writer import ALIGNMENT, ENCODED, OutTensor, write_gguf
 
 F32 = "F32"
 F16 = "F16"
@@ -217,12 +217,14 @@ def quantize_file(src: str | Path, dst: str | Path, type_name: str, allow_requan
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m omnivoice.quantize IN.gguf OUT.gguf --type TYPE``; exit 0 ok, 2 bad input, 1 failure."""
+    """``python -m omnivoice.quantize IN.gguf OUT.gguf --type TYPE``; exit statuses of omnivoice.cli."""
     import argparse
     import sys
 
+    from . import cli
+
     ap = argparse.ArgumentParser(
-        prog="python -m omnivoice.quantize",
+        prog="python -m omnivoice.quantize", epilog=cli.EXIT_STATUS_HELP + ".",
         description="Requantize an OmniVoice model GGUF (ours or omnivoice.cpp's; the LM or the codec), like "
                     "llama-quantize: the tensor types of the chosen scheme (omnivoice.cpp's policy), everything "
                     "else kept.")
@@ -234,20 +236,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="also requantize tensors that are already quantized (from their dequantized values)")
     ap.add_argument("-q", "--quiet", action="store_true", help="no per-tensor progress")
     args = ap.parse_args(argv)
-    try:
+
+    def body() -> int:
         out = quantize_file(args.input, args.output, args.type, args.allow_requantize, progress=not args.quiet)
-    except (QuantizeError, GGUFFormatError, GGUFWriteError, FileNotFoundError, IsADirectoryError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except MemoryError as e:
-        print(f"error: out of memory: {e}", file=sys.stderr)
-        return 3
-    except OSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    if not args.quiet:
-        print(f"wrote {out}", file=sys.stderr)
-    return 0
+        if not args.quiet:
+            print(f"wrote {out}", file=sys.stderr)
+        return cli.EXIT_OK
+
+    return cli.run(body)
 
 
 if __name__ == "__main__":
