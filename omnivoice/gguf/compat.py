@@ -71,12 +71,12 @@ import gguf
 import numpy as np
 
 from . import keys as K
+from .layouts import CONV_TRANSPOSE_LAYOUT as CONV_TRANSPOSE_OURS, conv_transpose_weight
 from .reader import GGUFFile, TensorInfo
 
 LAYOUT_OURS = "omnivoice"
 LAYOUT_CPP = "omnivoice.cpp"
 CONV_TRANSPOSE_RAW = "ic_oc_k"   # conv_transpose_layout of torch's own [IC, OC, K] (ggml ne (K, OC, IC))
-CONV_TRANSPOSE_OURS = "oc_k_ic"  # ours: [OC * K, IC] (ggml ne (IC, K * OC)), what the graph reads
 
 GGUF_DEFAULT_ALIGNMENT = 32
 N_CODEBOOKS = 8
@@ -194,7 +194,7 @@ def _codec_tensor(t: TensorInfo, shapes: Shapes, source: str) -> TensorInfo:
             raise CompatError(f"{source}: tensor {t.name!r} has shape {list(t.shape)}, which does not fit its bias "
                               f"{list(bias) if bias is not None else None} as torch's ConvTranspose1d [IC, OC, K] "
                               f"(ggml ne (K, OC, IC))")
-        values = np.ascontiguousarray(values.transpose(1, 2, 0).reshape(oc * k, ic))   # ne (IC, K * OC)
+        values = conv_transpose_weight(values)                                       # ne (IC, K * OC)
     return replace(t, shape=tuple(reversed(values.shape)), tensor_type=int(gguf.GGMLQuantizationType.F32),
                    data=np.ascontiguousarray(values, np.float32).reshape(-1).view(np.uint8))
 
@@ -280,12 +280,6 @@ def _endoftext(meta: _Keys, t: _Tensors) -> int | None:
     return tokens.index(ENDOFTEXT) if ENDOFTEXT in tokens else None
 
 
-def _pretokenize_regex(meta: _Keys, t: _Tensors) -> str:
-    from ..text.tokenizer import QWEN2_SPLIT_REGEX  # text/ imports this package; a constant, read late
-
-    return QWEN2_SPLIT_REGEX
-
-
 Rule = Callable[[_Keys, _Tensors], Any]  # the value of one key (None: leave it absent)
 
 _LM: dict[str, Rule] = {
@@ -296,7 +290,7 @@ _LM: dict[str, Rule] = {
     K.TOKENIZER_EOS_ID: _endoftext,
     K.TOKENIZER_PAD_ID: _endoftext,
     K.TOKENIZER_ADD_BOS: lambda m, t: False,
-    K.TOKENIZER_PRETOKENIZE_REGEX: _pretokenize_regex,
+    K.TOKENIZER_PRETOKENIZE_REGEX: lambda m, t: K.QWEN2_PRETOKENIZE_REGEX,
     K.TOKENIZER_NORMALIZER: lambda m, t: "NFC",
 }
 

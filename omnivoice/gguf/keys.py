@@ -75,6 +75,11 @@ TOKENIZER_PAD_ID = "tokenizer.ggml.padding_token_id"
 TOKENIZER_ADD_BOS = "tokenizer.ggml.add_bos_token"
 TOKENIZER_PRETOKENIZE_REGEX = "omnivoice.tokenizer.pretokenize_regex"  # from tokenizer.json's Split
 TOKENIZER_NORMALIZER = "omnivoice.tokenizer.normalizer"                # "NFC" or "none"
+# the pretokenize regex of Qwen2/Qwen3 (tokenizer.json's Split pattern, Oniguruma syntax)
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_CONTROL = 3

@@ -17,6 +17,7 @@ import re
 import unicodedata
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ..gguf.keys import QWEN2_PRETOKENIZE_REGEX
 from ..gguf.reader import read_gguf_metadata
 from .unicode_classes import LETTER_RANGES, NUMBER_RANGES, SPACE_RANGES
 
@@ -47,11 +48,9 @@ def bytes_to_unicode() -> Dict[int, str]:
     return dict(zip(bs, (chr(c) for c in cs)))
 
 
-# The split regex of Qwen2/Qwen3 tokenizer.json files, in Oniguruma syntax.
-QWEN2_SPLIT_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+# The split regex of Qwen2/Qwen3 tokenizer.json files, in Oniguruma syntax (what a GGUF's
+# omnivoice.tokenizer.pretokenize_regex holds, so its home is the format's key table).
+QWEN2_SPLIT_REGEX = QWEN2_PRETOKENIZE_REGEX
 
 
 def _char_class(ranges: Iterable[Tuple[int, int]]) -> str:
