@@ -175,17 +175,20 @@ def _hub(repo_id: str, call: Callable):
     repo or file, no access) or DownloadError (network, server, offline mode with nothing cached)."""
     try:
         import huggingface_hub
-        from huggingface_hub.errors import (EntryNotFoundError, HFValidationError, RepositoryNotFoundError,
-                                            RevisionNotFoundError)
+        from huggingface_hub.errors import (EntryNotFoundError, HFValidationError, LocalEntryNotFoundError,
+                                            RepositoryNotFoundError, RevisionNotFoundError)
     except ImportError:
         raise ModelNotAvailable(f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not "
                                 f"installed: pip install huggingface_hub, or pass a local checkpoint or GGUF") from None
     try:
         return call(huggingface_hub)
-    except (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError, HFValidationError) as e:
-        raise ModelNotAvailable(f"{repo_id}: no such model on the Hugging Face Hub, or no access to it "  # gated too
-                                f"({_first_line(e)})") from e
-    except Exception as e:  # connection refused, timeouts, server errors, offline mode with nothing cached
+    except Exception as e:
+        missing = (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError, HFValidationError)
+        # gated repos are "not found" too; LocalEntryNotFoundError (offline, not cached) is an EntryNotFoundError
+        if isinstance(e, missing) and not isinstance(e, LocalEntryNotFoundError):
+            raise ModelNotAvailable(f"{repo_id}: no such model on the Hugging Face Hub, or no access to it "
+                                    f"({_first_line(e)})") from e
+        # connection refused, timeouts, server errors, offline mode with nothing cached
         raise DownloadError(f"could not download {repo_id} from the Hugging Face Hub ({_first_line(e)}); "
                             f"check the network, or pass --model with a local checkpoint directory or GGUF "
                             f"file") from e
