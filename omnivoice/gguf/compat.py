@@ -57,6 +57,7 @@ Codec file (``omnivoice-tokenizer``)::
     semantic_encoder.strides             per block: 1 for a 3-tap block conv, else its kernel / 2
     semantic_encoder.channels, channel_ratios   per block: the block conv's OC, and OC / semantic.hidden_size
     semantic_encoder.block_dilations     1 per stored residual unit (the checkpoint's [1, 1])
+    (omnivoice.source_sha256, the hash of what our converter read, stays absent: nothing reads it at load)
 """
 
 from __future__ import annotations
