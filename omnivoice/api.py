@@ -136,8 +136,8 @@ class OmniVoice:
 
         `model`: an LM GGUF, a folder of converted GGUFs, a checkpoint directory or a Hugging Face repo id (see
         omnivoice.resolve). `quant` is the LM weight type to convert a checkpoint to or to pick from a folder or a
-        repo of GGUFs (f32, f16, bf16, q8_0, q4_k_m, ...; `auto`: by backend, see resolve.default_quant). `n_threads`: CPU threads (default:
-        the cores free for this process, see ggml.threads).
+        repo of GGUFs (f32, f16, bf16, q8_0, q4_k_m, ...; `auto`: by backend, see resolve.default_quant).
+        `n_threads`: CPU threads (default: the cores free for this process, see ggml.threads).
         """
         from .codec import load_codec
         from .ggml import Runtime

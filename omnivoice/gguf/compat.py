@@ -285,7 +285,8 @@ Rule = Callable[[_Keys, _Tensors], Any]  # the value of one key (None: leave it 
 
 _LM: dict[str, Rule] = {
     K.AUDIO_CODEBOOK_WEIGHTS: lambda m, t: [float(w) for w in m[K.AUDIO_CODEBOOK_WEIGHTS]],
-    K.CODEBOOK_LAYER_OFFSETS: lambda m, t: [k * int(m[K.AUDIO_VOCAB_SIZE]) for k in range(int(m[K.NUM_AUDIO_CODEBOOK]))],
+    K.CODEBOOK_LAYER_OFFSETS: lambda m, t: [k * int(m[K.AUDIO_VOCAB_SIZE])
+                                           for k in range(int(m[K.NUM_AUDIO_CODEBOOK]))],
     K.TOKENIZER_PRE: lambda m, t: "qwen2",
     K.TOKENIZER_TOKEN_TYPE: _token_types,
     K.TOKENIZER_EOS_ID: _endoftext,
@@ -325,7 +326,8 @@ def _feat_norm(m: _Keys, t: _Tensors) -> str:
 
 
 def _senc_blocks(t: _Tensors) -> list[tuple[int, ...]]:
-    return [t.ne(f"{_SENC}.conv_blocks.{i}.conv.weight", 3) for i in range(t.count(_SENC + ".conv_blocks.{}.conv.weight"))]
+    n = t.count(_SENC + ".conv_blocks.{}.conv.weight")
+    return [t.ne(f"{_SENC}.conv_blocks.{i}.conv.weight", 3) for i in range(n)]
 
 
 def _senc_stride(ne: tuple[int, ...]) -> int:
