@@ -60,7 +60,7 @@ def run(args) -> list[dict]:
     cfg = GenerationConfig(num_step=num_step, position_temperature=0.0, class_temperature=0.0)
 
     rows = []
-    with Runtime(args.backend) as rt:
+    with Runtime(args.backend, n_threads=args.threads) as rt:
         for quant in args.quants.split(","):
             lm_path, _ = convert(args.checkpoint, args.gguf_dir, quant)
             lm = LanguageModel(rt, lm_path, flash_attn=None if args.flash else False)
@@ -96,12 +96,14 @@ def main() -> int:
     p.add_argument("--gguf-dir", type=Path, help="where conversions go (default CHECKPOINT-gguf)")
     p.add_argument("--backend", default="cpu")
     p.add_argument("--quants", default="f32,f16,bf16,q8_0")
+    p.add_argument("--threads", type=int, help="CPU threads (default: all cores; 1 on a shared machine)")
     p.add_argument("--flash", action="store_true", help="use flash attention where the backend has it")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     args.gguf_dir = args.gguf_dir or Path(str(args.checkpoint).rstrip("/") + "-gguf")
     rows = run(args)
-    print("\n| weights | LM file MiB | backend | logits cosine | max abs err (scale) | teacher-forced equal | ms/step |")
+    print("\n| weights | LM file MiB | backend | logits cosine | max abs err (scale) | teacher-forced equal "
+          "| ms/step |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['quant']} | {r['file_mib']:.0f} | {r['backend']}{' +FA' if r['flash'] else ''}"
