@@ -45,8 +45,8 @@ def _theirs(cpp_layout, ckpt: Path, out: Path, quants: tuple[str, ...]) -> dict[
 
 @pytest.fixture(scope="session")
 def cpp_tiny(cpp_layout, tiny_checkpoint, tmp_path_factory) -> dict[str, Path]:
-    """Their files of the tiny checkpoint: 'f32', 'q8_0' (base), 'codec', 'codec_q8_0'."""
-    return _theirs(cpp_layout, tiny_checkpoint, tmp_path_factory.mktemp("cpp-tiny"), ("q8_0",))
+    """Their files of the tiny checkpoint: 'f32', 'bf16', 'q8_0' (base), 'codec', 'codec_bf16', 'codec_q8_0'."""
+    return _theirs(cpp_layout, tiny_checkpoint, tmp_path_factory.mktemp("cpp-tiny"), ("bf16", "q8_0"))
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """Their GGUFs of a checkpoint synthesize what ours of the same checkpoint do: auto voice, voice design and
-voice cloning give equal tokens and equal audio, F32 and Q8_0 (and Q4_K_M on the k256 checkpoint)."""
+voice cloning give equal tokens and equal audio, F32, BF16 and Q8_0 (and Q4_K_M on the k256 checkpoint)."""
 
 from __future__ import annotations
 
@@ -44,10 +44,11 @@ def assert_same(theirs: dict, ours: dict) -> None:
         np.testing.assert_array_equal(a.audio, b.audio, err_msg=case)
 
 
-@pytest.mark.parametrize("quant", ["f32", "q8_0"])
+@pytest.mark.parametrize("quant", ["f32", "bf16", "q8_0"])
 def test_their_files_synthesize_as_ours(quant, cpp_tiny, tiny_gguf):
-    """Their base file (F32 from their convert.py; Q8_0 from their quantizer) with their F32 codec file, against
-    our converter's files of the same checkpoint. Q8_0 tensors are byte-equal, so the output must be too."""
+    """Their base file (F32 from their convert.py; BF16 and Q8_0 from their quantizer) with their F32 codec file,
+    against our converter's files of the same checkpoint. BF16 and Q8_0 tensors are byte-equal, so the output
+    must be too."""
     assert_same(synthesize_cases(cpp_tiny[quant], cpp_tiny["codec"]),
                 synthesize_cases(tiny_gguf[quant], tiny_gguf["codec"]))
 
@@ -57,11 +58,12 @@ def test_their_k_quant_files_synthesize_as_ours(k256_theirs, k256_ours):
                 synthesize_cases(k256_ours["q4_k_m"], k256_ours["codec"], ("auto",)))
 
 
-def test_their_quantized_codec_runs_close_to_f32(cpp_tiny, tiny_gguf):
-    """Their Q8_0 codec file (HuBERT and DAC weights quantized, RVQ F32) is expanded to F32 at load: its audio is
-    close to the F32 codec's for the same tokens, and encoding gives mostly the same codes."""
+@pytest.mark.parametrize("quant", ["bf16", "q8_0"])
+def test_their_quantized_codec_runs_close_to_f32(quant, cpp_tiny, tiny_gguf):
+    """Their BF16 / Q8_0 codec file (HuBERT and DAC weights quantized, RVQ F32) is expanded to F32 at load: its
+    audio is close to the F32 codec's for the same tokens, and encoding gives mostly the same codes."""
     f32 = synthesize_cases(tiny_gguf["q8_0"], tiny_gguf["codec"], ("auto", "clone"))
-    q8 = synthesize_cases(tiny_gguf["q8_0"], cpp_tiny["codec_q8_0"], ("auto", "clone"))
+    q8 = synthesize_cases(tiny_gguf["q8_0"], cpp_tiny[f"codec_{quant}"], ("auto", "clone"))
     np.testing.assert_array_equal(f32["auto"].tokens[0], q8["auto"].tokens[0])  # the LM is the same
     a, b = f32["auto"].audio, q8["auto"].audio
     assert a.shape == b.shape and np.all(np.isfinite(b))
