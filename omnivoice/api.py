@@ -135,21 +135,21 @@ class OmniVoice:
         """Load the LM, the codec and the tokenizer onto `backend` (auto, cpu, cuda, vulkan, metal[:N]).
 
         `model`: an LM GGUF, a folder of converted GGUFs, a checkpoint directory or a Hugging Face repo id (see
-        omnivoice.resolve). `quant` is the LM weight type to convert a checkpoint to or to pick from a folder
-        (f32, f16, bf16, q8_0; `auto`: by backend, see resolve.default_quant). `n_threads`: CPU threads (default:
-        the cores free for this process, see ggml.threads).
+        omnivoice.resolve). `quant` is the LM weight type to convert a checkpoint to or to pick from a folder or a
+        repo of GGUFs (f32, f16, bf16, q8_0, q4_k_m, ...; `auto`: by backend, see resolve.default_quant).
+        `n_threads`: CPU threads (default: the cores free for this process, see ggml.threads).
         """
         from .codec import load_codec
         from .ggml import Runtime
-        from .resolve import QUANT_ORDER, default_quant, resolve_model
+        from .resolve import REPO_QUANT_ORDER, default_quant, resolve_model
         from .runners.lm import LanguageModel
         from .text import Tokenizer
 
         if n_threads is not None and (not isinstance(n_threads, numbers.Integral) or isinstance(n_threads, bool)
                                       or n_threads < 1):
             raise ValueError(f"n_threads must be an integer >= 1 or None, got {n_threads!r}")
-        if quant not in ("auto",) + QUANT_ORDER:
-            raise ValueError(f"quant must be auto or one of {', '.join(QUANT_ORDER)}, got {quant!r}")
+        if quant not in ("auto",) + REPO_QUANT_ORDER:
+            raise ValueError(f"quant must be auto or one of {', '.join(REPO_QUANT_ORDER)}, got {quant!r}")
         self._lock = threading.RLock()
         self.pipeline: Optional[Pipeline] = None
         self.runtime = Runtime(backend, n_threads)

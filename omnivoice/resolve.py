@@ -5,7 +5,9 @@ A model is one of
 - a folder of converted GGUFs, as `python -m omnivoice.convert` writes it (the LM of the wanted weight type,
   else the backend's preferred one, else any, and the codec; the choice is logged);
 - an OmniVoice checkpoint directory in the Hugging Face layout, converted once into the cache;
-- a Hugging Face repo id, downloaded with huggingface_hub, then as a checkpoint directory.
+- a Hugging Face repo id, downloaded with huggingface_hub, then as a checkpoint directory; a repo of GGUFs
+  (omnivoice.cpp's Serveurperso/omnivoice.cpp-GGUF, or files of ours) gives only the two files needed: the LM of
+  the wanted weight type (as in a folder of GGUFs) and the codec (F32 when there), into huggingface_hub's cache.
 
 The cache ($OMNIVOICE_CACHE, else ~/.cache/omnivoice) holds one folder per converted checkpoint, named
 `<checkpoint name>-<id>`, where the id hashes the content of every checkpoint file the converter reads and the
@@ -21,16 +23,22 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterable, Optional
 
 log = logging.getLogger("omnivoice")
 
 DEFAULT_REPO = "k2-fsa/OmniVoice"
 QUANT_ORDER = ("f32", "bf16", "f16", "q8_0")  # preference when a folder lacks the wanted weight type
+# then, in a repo of GGUFs, the K-quants from the most precise down
+REPO_QUANT_ORDER = QUANT_ORDER + ("q6_k", "q5_k_m", "q5_k_s", "q4_k_m", "q4_k_s", "q3_k_l", "q3_k_m", "q3_k_s",
+                                  "q2_k")
+_REPO_LM = re.compile(r"omnivoice-base-(.+)\.gguf", re.IGNORECASE)
+_REPO_CODEC = re.compile(r"omnivoice-tokenizer-(.+)\.gguf", re.IGNORECASE)
 _HASHES = "hashes.json"
 _SOURCE = "source.json"
 
@@ -97,6 +105,9 @@ def resolve_model(model: Optional[str] = None, codec: Optional[str] = None, quan
             raise ModelNotAvailable(f"model not found: {model} (expected a GGUF file, a folder of converted "
                                     f"GGUFs, a checkpoint directory or a Hugging Face repo id such as "
                                     f"{DEFAULT_REPO})")
+        files = _download_gguf_repo(str(model), quant, prefer)
+        if files is not None:
+            return files[0], codec_path or files[1]
         path = _download(str(model))
     if not path.is_dir():
         raise ModelNotAvailable(f"model not found: {model} (not a file or a directory)")
@@ -170,22 +181,76 @@ def _pick_from_folder(folder: Path, codec: Optional[Path], quant: str, prefer: s
 
 
 # ------------------------------------------------------------------------------------------------ download
-def _download(repo_id: str) -> Path:
+def _hub(repo_id: str, call: Callable):
+    """`call(huggingface_hub)` with the Hub's failures as ours: ModelNotAvailable (no huggingface_hub, no such
+    repo or file, no access) or DownloadError (network, server, offline mode with nothing cached)."""
     try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError, RevisionNotFoundError
+        import huggingface_hub
+        from huggingface_hub.errors import (EntryNotFoundError, HFValidationError, LocalEntryNotFoundError,
+                                            RepositoryNotFoundError, RevisionNotFoundError)
     except ImportError:
         raise ModelNotAvailable(f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not "
                                 f"installed: pip install huggingface_hub, or pass a local checkpoint or GGUF") from None
     try:
-        return Path(snapshot_download(repo_id))
-    except (RepositoryNotFoundError, RevisionNotFoundError, HFValidationError) as e:  # gated repos included
-        raise ModelNotAvailable(f"{repo_id}: no such model on the Hugging Face Hub, or no access to it "
-                                f"({_first_line(e)})") from e
-    except Exception as e:  # connection refused, timeouts, server errors, offline mode with nothing cached
+        return call(huggingface_hub)
+    except Exception as e:
+        missing = (RepositoryNotFoundError, RevisionNotFoundError, EntryNotFoundError, HFValidationError)
+        # gated repos are "not found" too; LocalEntryNotFoundError (offline, not cached) is an EntryNotFoundError
+        if isinstance(e, missing) and not isinstance(e, LocalEntryNotFoundError):
+            raise ModelNotAvailable(f"{repo_id}: no such model on the Hugging Face Hub, or no access to it "
+                                    f"({_first_line(e)})") from e
+        # connection refused, timeouts, server errors, offline mode with nothing cached
         raise DownloadError(f"could not download {repo_id} from the Hugging Face Hub ({_first_line(e)}); "
                             f"check the network, or pass --model with a local checkpoint directory or GGUF "
                             f"file") from e
+
+
+def _download(repo_id: str) -> Path:
+    return Path(_hub(repo_id, lambda hub: hub.snapshot_download(repo_id)))
+
+
+def pick_repo_files(files: Iterable[str], quant: str = "auto", prefer: str = "f32") -> Optional[tuple[str, str]]:
+    """The (LM, codec) file names to fetch from a repo listing `files`, or None when it holds no LM GGUF (a
+    checkpoint repo). The LM: `quant`, or for "auto" `prefer`, else the first of REPO_QUANT_ORDER there; the
+    codec: F32 when there (the codec's graphs compute in F32; other types are expanded at load). Files of
+    either layout's names are found at the top level or in folders."""
+    lms: dict[str, str] = {}
+    codecs: dict[str, str] = {}
+    for name in files:
+        base = name.rsplit("/", 1)[-1]
+        for pattern, found in ((_REPO_LM, lms), (_REPO_CODEC, codecs)):
+            m = pattern.fullmatch(base)
+            if m:
+                found.setdefault(m.group(1).lower(), name)
+    if not lms:
+        return None
+    have = ", ".join(sorted(q.upper() for q in lms))
+    if quant != "auto":
+        if quant not in lms:
+            raise ModelNotAvailable(f"the repo has no {_lm_name(quant)} (it has {have}); pick one with --quant")
+        pick = quant
+    else:
+        pick = next((q for q in (prefer,) + REPO_QUANT_ORDER if q in lms), sorted(lms)[0])
+    if not codecs:
+        raise ModelNotAvailable(f"the repo has LM GGUFs ({have}) but no codec GGUF (omnivoice-tokenizer-*.gguf)")
+    codec = next((q for q in REPO_QUANT_ORDER if q in codecs), sorted(codecs)[0])
+    return lms[pick], codecs[codec]
+
+
+def _download_gguf_repo(repo_id: str, quant: str, prefer: str) -> Optional[tuple[Path, Path]]:
+    """A repo of GGUFs: its LM and codec files (pick_repo_files), each downloaded alone into huggingface_hub's
+    cache (where a second run finds them). None for a checkpoint repo, and when the listing cannot be had (no
+    network: the snapshot path then finds what is cached, or says what failed)."""
+    try:
+        files = _hub(repo_id, lambda hub: hub.HfApi().list_repo_files(repo_id))
+    except DownloadError:
+        return None
+    pick = pick_repo_files(files, quant, prefer)
+    if pick is None:
+        return None
+    log.info("%s: downloading %s and %s", repo_id, *pick)
+    lm, codec = (Path(_hub(repo_id, lambda hub, n=n: hub.hf_hub_download(repo_id, n))) for n in pick)
+    return lm, codec
 
 
 def _first_line(e: BaseException) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import cli
+from .resolve import REPO_QUANT_ORDER
 
 FORMATS = ("wav16", "wav24", "wav32", "flac", "ogg", "opus", "mp3")
 
@@ -67,9 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "else k2-fsa/OmniVoice; checkpoints are converted once into $OMNIVOICE_CACHE, "
                                    "else ~/.cache/omnivoice)")
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
-    g.add_argument("--quant", default="auto", choices=["auto", "f32", "f16", "bf16", "q8_0"],
-                   help="LM weight type: what a checkpoint is converted to, or which file of a folder is used "
-                        "(default auto: bf16 on CUDA, f16 on other GPUs, f32 on the CPU)")
+    g.add_argument("--quant", default="auto", choices=("auto",) + REPO_QUANT_ORDER, metavar="QUANT",
+                   help="LM weight type: what a checkpoint is converted to, or which file of a folder or a repo of "
+                        f"GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on CUDA, f16 on "
+                        "other GPUs, f32 on the CPU)")
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     g.add_argument("--threads", type=_threads,
                    help="CPU threads (default: $OMNIVOICE_THREADS, else the cores this process may use less those "
@@ -94,8 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ref-wav", help="reference audio for voice cloning")
     g.add_argument("--ref-text", help="transcript of the reference: the text itself, or a file holding it (a "
                                       "value ending in .txt, or a path without spaces, must name a file)")
-    g.add_argument("--ref-rvq", help="pre-encoded reference codes (.rvq from python -m omnivoice.codec or "
-                                     "--save-voice; its transcript comes from --ref-text or FILE.rvq.txt)")
+    g.add_argument("--ref-rvq", help="pre-encoded reference codes (.rvq from python -m omnivoice.codec, "
+                                     "--save-voice or omnivoice.cpp; its transcript comes from --ref-text or "
+                                     "FILE.rvq.txt)")
     g.add_argument("--save-voice", metavar="FILE.rvq",
                    help="also save the encoded reference for reuse (FILE.rvq + FILE.rvq.txt transcript)")
     g.add_argument("--no-preprocess-prompt", action="store_true",

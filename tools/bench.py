@@ -53,7 +53,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = REPO / "tools" / "bench_worker.py"
-QUANTS = ("f32", "f16", "bf16", "q8_0")
+# the converter's weight schemes (omnivoice.quantize.SCHEMES; not imported: this driver loads no omnivoice code)
+QUANTS = ("f32", "f16", "bf16", "q8_0", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m", "q5_k_s",
+          "q5_k_m", "q6_k")
 REF_DTYPES = ("float32", "bfloat16", "float16")
 
 TEXT_SHORT = "Hello world. This is a test."

@@ -8,10 +8,13 @@
     # 2. ours on every weight type, on a backend
     python3 tools/lm_parity_full.py --checkpoint /tmp/ckpt-full --ref ref_auto5.npz --backend cpu \
         --quants f32,f16,bf16,q8_0
+    # the K-quants (any scheme of python -m omnivoice.quantize), with their file sizes
+    python3 tools/lm_parity_full.py --checkpoint /tmp/ckpt-full --ref ref_auto5.npz --backend cpu \
+        --quants f32,q8_0,q6_k,q5_k_m,q4_k_m
 
 Reports, per weight type: cosine and max |error| of the step-0 conditional logits (target window) against the
-reference's float32 logits, and the share of teacher-forced MaskGIT choices (positions and tokens of every
-step, fed the reference's own input of that step) that equal the reference's.
+reference's float32 logits, the share of teacher-forced MaskGIT choices (positions and tokens of every
+step, fed the reference's own input of that step) that equal the reference's, and the LM file's size.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def run(args) -> list[dict]:
     cfg = GenerationConfig(num_step=num_step, position_temperature=0.0, class_temperature=0.0)
 
     rows = []
-    with Runtime(args.backend) as rt:
+    with Runtime(args.backend, n_threads=args.threads) as rt:
         for quant in args.quants.split(","):
             lm_path, _ = convert(args.checkpoint, args.gguf_dir, quant)
             lm = LanguageModel(rt, lm_path, flash_attn=None if args.flash else False)
@@ -77,7 +80,8 @@ def run(args) -> list[dict]:
                 mine = dict(zip(c.positions.tolist(), c.tokens.tolist()))
                 total += len(want)
                 same += sum(1 for p, t in mine.items() if want.get(p) == t)
-            rows.append(dict(quant=quant, backend=rt.device.spec, cosine=cos, max_abs_err=err,
+            rows.append(dict(quant=quant, backend=rt.device.spec, file_mib=lm_path.stat().st_size / 2**20,
+                             cosine=cos, max_abs_err=err,
                              logit_scale=float(np.abs(want_logits).max()), teacher_forced=same / total,
                              ms_per_step=per_step * 1000, flash=lm.flash_attn, exact_f32=rt.exact_f32))
             lm.close()
@@ -92,16 +96,18 @@ def main() -> int:
     p.add_argument("--gguf-dir", type=Path, help="where conversions go (default CHECKPOINT-gguf)")
     p.add_argument("--backend", default="cpu")
     p.add_argument("--quants", default="f32,f16,bf16,q8_0")
+    p.add_argument("--threads", type=int, help="CPU threads (default: all cores; 1 on a shared machine)")
     p.add_argument("--flash", action="store_true", help="use flash attention where the backend has it")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     args.gguf_dir = args.gguf_dir or Path(str(args.checkpoint).rstrip("/") + "-gguf")
     rows = run(args)
-    print("\n| weights | backend | logits cosine | max abs err (scale) | teacher-forced equal | ms/step |")
-    print("|---|---|---|---|---|---|")
+    print("\n| weights | LM file MiB | backend | logits cosine | max abs err (scale) | teacher-forced equal "
+          "| ms/step |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['quant']} | {r['backend']}{' +FA' if r['flash'] else ''}{' exact' if r['exact_f32'] else ''} | "
-              f"{r['cosine']:.7f} | "
+        print(f"| {r['quant']} | {r['file_mib']:.0f} | {r['backend']}{' +FA' if r['flash'] else ''}"
+              f"{' exact' if r['exact_f32'] else ''} | {r['cosine']:.7f} | "
               f"{r['max_abs_err']:.2e} ({r['logit_scale']:.1f}) | {100 * r['teacher_forced']:.2f} % | "
               f"{r['ms_per_step']:.0f} |")
     if args.json:

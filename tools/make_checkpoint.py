@@ -13,7 +13,8 @@ like the real checkpoint (the real one cannot be downloaded here)::
 Presets: ``full`` has the real dimensions (Qwen3 28 x 1024, HuBERT base, DAC 64/1024/256, 8 codebooks of
 1024 x 64). ``tiny`` keeps every structural constant a port could get wrong (the real text vocabulary,
 8 codebooks of 1025, hop 960, HuBERT kernels and strides, DAC ratios 8 5 4 2 3, positional conv 128/16)
-but shrinks widths so the whole reference pipeline runs in seconds.
+but shrinks widths so the whole reference pipeline runs in seconds. ``k256`` is ``tiny`` with an LM whose
+rows are multiples of 256 (2 x 256, head 128, FFN 512), the smallest that the K-quants store as such.
 
 Weights: every tensor is drawn from its own generator seeded by ``sha256(seed, name)``, so adding or
 dropping a tensor never changes the others. Scales keep activations near unit size (weights ~ 1/sqrt(fan_in),
@@ -79,6 +80,12 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         name="tiny", hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128,
+        dac_enc=4, dac_dec=64, dac_hidden=16,
+        hub_hidden=32, hub_layers=2, hub_heads=2, hub_ffn=64, hub_conv=32,
+        codebook_dim=8, dec_out_gain=0.034,
+    ),
+    "k256": Preset(
+        name="k256", hidden=256, layers=2, heads=2, kv_heads=1, head_dim=128, ffn=512,
         dac_enc=4, dac_dec=64, dac_hidden=16,
         hub_hidden=32, hub_layers=2, hub_heads=2, hub_ffn=64, hub_conv=32,
         codebook_dim=8, dec_out_gain=0.034,

@@ -9,7 +9,9 @@ clip.decoded.wav, and when that exists too (or clip.rvq exists when encoding) it
 Encoding applies the voice-cloning reference preprocessing of the TTS (downmix, resampling to 24 kHz, RMS
 auto-gain, silence trim, truncation to whole frames; --no-preprocess keeps all but the silence trim, as the
 reference's preprocess_prompt=False does) and stores the clip's RMS in the .rvq header, so the file can stand
-in for the WAV as a cloning prompt. Decoding writes the raw decoder output (no post-processing), in the format of the output's extension or --format.
+in for the WAV as a cloning prompt (--rvq-format omnivoice-cpp writes omnivoice.cpp's headerless layout
+instead, which keeps only the codes). Decoding reads either layout and writes the raw decoder output (no
+post-processing), in the format of the output's extension or --format.
 Exit statuses: omnivoice.cli.
 """
 
@@ -23,7 +25,7 @@ from pathlib import Path
 from .. import cli
 from ..audio import MAX_REFERENCE_SECONDS, load_audio, preprocess_reference
 from ..audio.io import OUTPUT_FORMATS, output_format, write_audio
-from .rvq_format import MAGIC, RvqFormatError, read_rvq, save_rvq
+from .rvq_format import FORMAT_OMNIVOICE, FORMATS, MAGIC, RvqFormatError, read_rvq, save_rvq
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,6 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all available)")
     ap.add_argument("--no-preprocess", action="store_true",
                     help="encode without the silence trim (RMS auto-gain and frame truncation still apply)")
+    ap.add_argument("--rvq-format", default=FORMAT_OMNIVOICE, choices=FORMATS,
+                    help="layout of the .rvq written when encoding: omnivoice (header with rates and the clip's "
+                         "RMS, default) or omnivoice-cpp (omnivoice.cpp's headerless bit-packed codes)")
     ap.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     return ap.parse_args(argv)
 
@@ -78,15 +83,18 @@ def encode_file(args: argparse.Namespace, src: Path, dst: Path) -> str:
                                              target_rate=codec.sample_rate, hop_length=codec.hop_length)
         codes = codec.encode(clip)
         save_rvq(dst, codes, sample_rate=codec.sample_rate, frame_rate=codec.frame_rate,
-                 codebook_size=codec.codebook_size, ref_rms=ref_rms)
+                 codebook_size=codec.codebook_size, ref_rms=ref_rms, fmt=args.rvq_format)
     return (f"{src}: {len(audio) / rate:.2f} s at {rate} Hz -> {codes.shape[1]} frames x {codes.shape[0]} "
             f"codebooks -> {dst}")
 
 
 def decode_file(args: argparse.Namespace, src: Path, dst: Path, fmt: str) -> str:
-    rvq = read_rvq(src)
     with _load(args, "decode") as codec:
-        if rvq.sample_rate != codec.sample_rate or abs(rvq.frame_rate - codec.frame_rate) > 1e-6:
+        # after the load: omnivoice.cpp's headerless files take the codec's codebook count and size
+        rvq = read_rvq(src, n_codebooks=codec.n_codebooks, codebook_size=codec.codebook_size)
+        # a headerless omnivoice.cpp file states no rates: its codes are the codec's by definition
+        if rvq.fmt == FORMAT_OMNIVOICE and (rvq.sample_rate != codec.sample_rate
+                                            or abs(rvq.frame_rate - codec.frame_rate) > 1e-6):
             raise RvqFormatError(f"{src}: codes for {rvq.sample_rate} Hz at {rvq.frame_rate} frames/s, but the "
                                  f"codec works at {codec.sample_rate} Hz and {codec.frame_rate} frames/s")
         if rvq.codebook_size != codec.codebook_size:

@@ -22,6 +22,11 @@ mismatch, out-of-range codes or a ref_rms that is infinite, negative or any NaN 
 with an RvqFormatError naming the file and the field; a larger header (a later minor addition) is skipped.
 The header is checked before the codes are read. Writes are atomic
 (omnivoice.files.atomic_write).
+
+A file without the magic is read as omnivoice.cpp's headerless, bit-packed .rvq (``rvq_packed``), whose number
+of codebooks and codebook size are the codec's (OmniVoice's 8 and 1024 unless the caller passes others), with
+the same MAX_FRAMES limit, checked from the file's size before it is read; ``save_rvq(..., fmt=FORMAT_CPP)``
+writes that layout.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Union
 import numpy as np
 
 from ..files import atomic_write
+from . import rvq_packed
 
 MAGIC = b"ORVQ"
 VERSION = 1
@@ -49,6 +55,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 MAX_FRAMES = 90_000
 MAX_CODEBOOKS = 64
 _RMS_UNKNOWN = struct.pack("<f", float("nan"))  # b"\x00\x00\xc0\x7f": what save_rvq writes for ref_rms=None
+FORMAT_OMNIVOICE = "omnivoice"      # this container (header, int32 codes)
+FORMAT_CPP = "omnivoice-cpp"        # omnivoice.cpp's headerless bit-packed codes
+FORMATS = (FORMAT_OMNIVOICE, FORMAT_CPP)
 
 
 class RvqFormatError(ValueError):
@@ -64,6 +73,7 @@ class RvqFile:
     frame_rate: float = 25.0
     codebook_size: int = 1024
     ref_rms: float | None = None
+    fmt: str = FORMAT_OMNIVOICE  # which layout the file had (FORMATS)
 
     @property
     def hop_length(self) -> int:
@@ -88,10 +98,15 @@ def _check_codes(codes, codebook_size: int, what: str) -> np.ndarray:
 
 
 def save_rvq(path: PathLike, codes, *, sample_rate: int = 24000, frame_rate: float = 25.0,
-             codebook_size: int = 1024, ref_rms: float | None = None) -> None:
-    """Write codes [n_codebooks, T] (integers in [0, codebook_size)) to `path` as a .rvq file, atomically."""
+             codebook_size: int = 1024, ref_rms: float | None = None, fmt: str = FORMAT_OMNIVOICE) -> None:
+    """Write codes [n_codebooks, T] (integers in [0, codebook_size)) to `path` as a .rvq file, atomically.
+
+    `fmt` FORMAT_CPP writes omnivoice.cpp's headerless layout, which keeps only the codes (no rates, no RMS).
+    """
     target = Path(os.fspath(path))
     a = _check_codes(codes, codebook_size, str(target))
+    if fmt not in FORMATS:
+        raise ValueError(f"{target}: unknown .rvq format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if not (isinstance(sample_rate, (int, np.integer)) and 0 < sample_rate < 2**32):
         raise ValueError(f"{target}: sample_rate must be a positive integer, got {sample_rate!r}")
     if not (math.isfinite(frame_rate) and frame_rate > 0):
@@ -100,22 +115,37 @@ def save_rvq(path: PathLike, codes, *, sample_rate: int = 24000, frame_rate: flo
         raise ValueError(f"{target}: ref_rms must be a finite RMS >= 0 (or None), got {ref_rms!r}")
     if a.shape[1] > MAX_FRAMES:
         raise ValueError(f"{target}: {a.shape[1]} frames; a .rvq file holds at most {MAX_FRAMES}")
-    rms = float("nan") if ref_rms is None else float(ref_rms)
-    header = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, a.shape[0], a.shape[1], int(sample_rate),
-                         float(frame_rate), int(codebook_size), rms, 0)
+    if fmt == FORMAT_CPP:
+        if codebook_size > 1 << rvq_packed.CODE_BITS:
+            raise ValueError(f"{target}: omnivoice.cpp's .rvq stores {rvq_packed.CODE_BITS}-bit codes; a codebook "
+                             f"of {codebook_size} entries does not fit")
+        payload = rvq_packed.pack_codes(a)
+    else:
+        rms = float("nan") if ref_rms is None else float(ref_rms)
+        payload = HEADER.pack(MAGIC, VERSION, HEADER_SIZE, a.shape[0], a.shape[1], int(sample_rate),
+                              float(frame_rate), int(codebook_size), rms, 0) + a.tobytes()
     with atomic_write(target, "the .rvq output") as f:
-        f.write(header)
-        f.write(a.tobytes())
+        f.write(payload)
 
 
-def read_rvq(path: PathLike) -> RvqFile:
-    """Read and validate a .rvq file: codes plus its header fields."""
+def read_rvq(path: PathLike, *, n_codebooks: int = 8, codebook_size: int = 1024) -> RvqFile:
+    """Read and validate a .rvq file: codes plus its header fields.
+
+    `n_codebooks` and `codebook_size` are the codec's; only a headerless omnivoice.cpp file needs them (ours
+    carries both in its header).
+    """
     p = Path(os.fspath(path))
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such .rvq file")
     with open(p, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(HEADER_SIZE)
+        if head[:len(MAGIC)] != MAGIC:
+            if size > rvq_packed.packed_size(n_codebooks * MAX_FRAMES):
+                raise RvqFormatError(f"{p}: {size} bytes is too large for omnivoice.cpp's headerless .rvq of "
+                                     f"{n_codebooks} codebooks (at most {MAX_FRAMES} frames, an hour at 25 frames/s)")
+            f.seek(0)
+            return _read_headerless(p, f.read(), n_codebooks, codebook_size)
         if len(head) < HEADER_SIZE:
             raise RvqFormatError(f"{p}: {size} bytes is too short for a .rvq header ({HEADER_SIZE} bytes)")
         magic, version, header_size, n_cb, n_frames, sr, fr, cb_size, rms, _ = HEADER.unpack(head)
@@ -154,6 +184,20 @@ def read_rvq(path: PathLike) -> RvqFile:
                    ref_rms=None if unknown_rms else float(rms))
 
 
-def load_rvq(path: PathLike) -> np.ndarray:
+def _read_headerless(p: Path, blob: bytes, n_codebooks: int, codebook_size: int) -> RvqFile:
+    what = (f"{p}: not a .rvq file (no {MAGIC!r} magic; read as omnivoice.cpp's headerless .rvq for "
+            f"{n_codebooks} codebooks of {codebook_size})")
+    try:
+        codes = rvq_packed.unpack_codes(blob, n_codebooks, what)
+    except ValueError as e:
+        raise RvqFormatError(str(e)) from None
+    hi = int(codes.max())
+    if hi >= codebook_size:
+        raise RvqFormatError(f"{what}: codes must lie in [0, {codebook_size}) (codebook_size); found max {hi}")
+    return RvqFile(codes=codes, codebook_size=int(codebook_size), fmt=FORMAT_CPP)
+
+
+def load_rvq(path: PathLike, *, n_codebooks: int = 8, codebook_size: int = 1024) -> np.ndarray:
     """The int32 codes [n_codebooks, T] of a .rvq file (see read_rvq for the header fields)."""
-    return read_rvq(path).codes
+    return read_rvq(path, n_codebooks=n_codebooks, codebook_size=codebook_size).codes
+

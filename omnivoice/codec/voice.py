@@ -55,9 +55,13 @@ class VoicePrompt:
         atomic_write_text(transcript_path(path), self.text)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, text: Optional[str] = None) -> "VoicePrompt":
-        """Read a voice saved with save(), or any .rvq with its transcript given as `text`."""
-        rvq = read_rvq(path)
+    def load(cls, path: str | os.PathLike, text: Optional[str] = None, *, n_codebooks: int = 8,
+             codebook_size: int = 1024) -> "VoicePrompt":
+        """Read a voice saved with save(), or any .rvq with its transcript given as `text`.
+
+        omnivoice.cpp's headerless .rvq files are read too; they hold neither the codec's number of codebooks
+        nor its codebook size (pass the codec's; OmniVoice's by default), nor the clip's loudness (rms None)."""
+        rvq = read_rvq(path, n_codebooks=n_codebooks, codebook_size=codebook_size)
         if text is None:
             side = transcript_path(path)
             if not side.is_file():

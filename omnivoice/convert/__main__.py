@@ -1,4 +1,4 @@
-"""``python -m omnivoice.convert CHECKPOINT_DIR -o OUT_DIR [--quant auto|f32|f16|bf16|q8_0]``."""
+"""``python -m omnivoice.convert CHECKPOINT_DIR -o OUT_DIR [--quant auto|f32|f16|bf16|q8_0|q4_k_m|...]``."""
 
 from __future__ import annotations
 
@@ -20,9 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("checkpoint", help="checkpoint directory (config.json, model.safetensors, audio_tokenizer/, ...)")
     ap.add_argument("-o", "--out", required=True, help="output directory")
     ap.add_argument("--quant", choices=("auto",) + tuple(QUANTS), default="auto",
-                    help="storage of the LM matrices (norms stay F32, embeddings F16 for q8_0); default auto: the "
-                         "type that suits --backend, as omnivoice.tts converts (bf16 on CUDA, f16 on other GPUs, "
-                         "f32 on the CPU)")
+                    metavar="QUANT",
+                    help="storage of the LM matrices and embeddings (norms stay F32): " + ", ".join(QUANTS)
+                         + " (the K-quants with omnivoice.cpp's tensor policy, see omnivoice.quantize); default "
+                         "auto: the type that suits --backend, as omnivoice.tts converts (bf16 on CUDA, f16 on other "
+                         "GPUs, f32 on the CPU)")
     ap.add_argument("--backend", default="auto",
                     help="the backend the files are for, which decides --quant auto (default auto: the first GPU "
                          "of this install, else the CPU)")

@@ -4,16 +4,10 @@ Tensors keep their Hugging Face names (``llm.layers.N.self_attn.q_proj.weight``,
 ...; the table in ``omnivoice.gguf.names``) and shapes (ggml ne = reversed torch shape).
 ``codebook_layer_offsets`` is dropped: its values go to the ``omnivoice.codebook_layer_offsets`` metadata array.
 
-Storage types by ``--quant`` (norms are always F32):
-
-    quant   q/k/v/o/gate/up/down, audio_heads   embed_tokens, audio_embeddings
-    f32     F32                                 F32
-    f16     F16                                 F16
-    bf16    BF16                                BF16
-    q8_0    Q8_0                                F16   (ggml's get_rows on Q8_0 would cost precision for
-                                                        no speed; the embeddings are gathered, not multiplied)
-
-A matrix whose rows are not a multiple of 32 values cannot be Q8_0 and is stored F16 instead.
+Storage types by ``--quant`` (norms are always F32): the schemes of ``omnivoice.quantize`` (f32, f16, bf16,
+q8_0 and the K-quants q4_k_m, q5_k_m, q6_k, ...: matrices, embeddings, bumped layers, F16 for rows that do not
+split into blocks), the same policy as omnivoice.cpp's quantizer, so a K-quant file here has their tensor types.
+Q8_0 and the K-quants are ggml's own encodings (K-quants through the binding's ggml_quantize_chunk).
 """
 
 from __future__ import annotations
@@ -25,14 +19,11 @@ import numpy as np
 from ..gguf import keys as K, names as N
 from .checkpoint import Checkpoint, require
 from .errors import CheckpointError, ConversionError, raise_problems
-from ..gguf.writer import OutTensor
+from ..gguf.writer import ENCODED, OutTensor
+from ..quantize import F16, F32, QUANTIZATION_VERSION, SCHEMES, Scheme, encode_ggml, scheme, tensor_type
 from .tokenizer import TokenizerData, read_tokenizer
 
-QUANTS = ("f32", "f16", "bf16", "q8_0")
-# quant -> (matrix type, embedding type, llama.cpp file type)
-_POLICY = {"f32": ("F32", "F32", 0), "f16": ("F16", "F16", 1), "bf16": ("BF16", "BF16", 32), "q8_0": ("Q8_0", "F16", 7)}
-EMBEDDINGS = (N.LM_TOKEN_EMBD, N.LM_AUDIO_EMBD)
-_LAYER_MATRICES = (N.LM_ATTN_Q, N.LM_ATTN_K, N.LM_ATTN_V, N.LM_ATTN_OUT, N.LM_FFN_GATE, N.LM_FFN_UP, N.LM_FFN_DOWN)
+QUANTS = tuple(SCHEMES)
 OFFSETS = N.LM_CODEBOOK_OFFSETS
 
 
@@ -89,18 +80,25 @@ def lm_inventory(hp: dict) -> list[tuple[str, tuple[int, ...]]]:
     return inv
 
 
-def storage_type(name: str, shape: tuple[int, ...], quant: str) -> str:
-    """GGUF type of one LM tensor under ``quant`` (see the module doc)."""
-    if quant not in _POLICY:
-        raise ConversionError(f"unknown quantization {quant!r}; expected one of {', '.join(QUANTS)}")
-    matrix, embedding, _ = _POLICY[quant]
-    if name in EMBEDDINGS:
-        return embedding
-    if name == N.LM_AUDIO_HEADS or any(N.is_layer(t, name) for t in _LAYER_MATRICES):
-        if matrix == "Q8_0" and shape[-1] % 32:
-            return "F16"
-        return matrix
-    return "F32"
+def _scheme(quant: str) -> Scheme:
+    try:
+        return scheme(quant)
+    except ValueError as e:
+        raise ConversionError(str(e)) from None
+
+
+def storage_type(name: str, shape: tuple[int, ...], quant: str, n_layers: int = 0) -> str:
+    """GGUF type of one LM tensor (torch-order `shape`) under ``quant`` (see the module doc)."""
+    return tensor_type(name, tuple(reversed(shape)), _scheme(quant), n_layers) or "F32"
+
+
+def _out_tensor(ck: Checkpoint, name: str, shape: tuple[int, ...], qtype: str) -> OutTensor:
+    def values() -> np.ndarray:
+        return ck.lm.get(name).astype(np.float32)
+
+    if qtype in ENCODED:
+        return OutTensor(name, shape, qtype, values, name)
+    return OutTensor(name, shape, qtype, lambda: encode_ggml(values(), qtype), name, raw=True)
 
 
 def _codebook_offsets(ck: Checkpoint, hp: dict) -> list[int]:
@@ -135,12 +133,10 @@ def plan_lm(ck: Checkpoint, quant: str) -> tuple[list[tuple], list[OutTensor], T
         if text not in tok.added:
             raise CheckpointError(f"{ck.root / 'tokenizer.json'}: added token {text!r} is missing")
         specials[key] = tok.added[text]
-    _, _, file_type = _POLICY[quant] if quant in _POLICY else (None, None, None)
-    if file_type is None:
-        raise ConversionError(f"unknown quantization {quant!r}; expected one of {', '.join(QUANTS)}")
+    s = _scheme(quant)
     kv: list[tuple] = [
         (K.GENERAL_NAME, "OmniVoice", "str"),
-        (K.GENERAL_FILE_TYPE, file_type, "u32"),
+        (K.GENERAL_FILE_TYPE, s.file_type, "u32"),
         (K.LM_BLOCK_COUNT, hp["layers"], "u32"),
         (K.LM_CONTEXT_LENGTH, hp["context"], "u32"),
         (K.LM_EMBEDDING_LENGTH, hp["hidden"], "u32"),
@@ -173,8 +169,7 @@ def plan_lm(ck: Checkpoint, quant: str) -> tuple[list[tuple], list[OutTensor], T
         (K.TOKENIZER_PRETOKENIZE_REGEX, tok.pretokenize_regex or "", "str"),
         (K.TOKENIZER_NORMALIZER, tok.normalizer, "str"),
     ]
-    tensors = [
-        OutTensor(name, shape, storage_type(name, shape, quant), (lambda n=name: ck.lm.get(n).astype(np.float32)), name)
-        for name, shape in inv
-    ]
+    if s.base not in (F32, F16, "BF16"):
+        kv.append((K.GENERAL_QUANTIZATION_VERSION, QUANTIZATION_VERSION, "u32"))
+    tensors = [_out_tensor(ck, name, shape, storage_type(name, shape, quant, hp["layers"])) for name, shape in inv]
     return kv, tensors, tok

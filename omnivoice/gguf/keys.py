@@ -22,6 +22,7 @@ GENERAL_ARCHITECTURE = "general.architecture"
 GENERAL_NAME = "general.name"
 GENERAL_FILE_TYPE = "general.file_type"  # llama.cpp's LlamaFileType: 0 F32, 1 F16, 7 Q8_0, 32 BF16
 GENERAL_ALIGNMENT = "general.alignment"  # tensor data alignment in bytes (GGUF's default, when absent: 32)
+GENERAL_QUANTIZATION_VERSION = "general.quantization_version"  # ggml's block formats (2), in quantized files
 
 # --- LM: standard keys ({arch}.key) ----------------------------------------------------------------
 LM_BLOCK_COUNT = f"{ARCH_LM}.block_count"
@@ -74,6 +75,11 @@ TOKENIZER_PAD_ID = "tokenizer.ggml.padding_token_id"
 TOKENIZER_ADD_BOS = "tokenizer.ggml.add_bos_token"
 TOKENIZER_PRETOKENIZE_REGEX = "omnivoice.tokenizer.pretokenize_regex"  # from tokenizer.json's Split
 TOKENIZER_NORMALIZER = "omnivoice.tokenizer.normalizer"                # "NFC" or "none"
+# the pretokenize regex of Qwen2/Qwen3 (tokenizer.json's Split pattern, Oniguruma syntax)
+QWEN2_PRETOKENIZE_REGEX = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_CONTROL = 3
@@ -92,7 +98,7 @@ LM_KEY_TYPES: dict[str, str] = {
     TOKENIZER_PRETOKENIZE_REGEX: "str", TOKENIZER_NORMALIZER: "str",
 }
 # present only when the checkpoint's tokenizer defines one (Qwen's has no BOS)
-LM_OPTIONAL_KEY_TYPES: dict[str, str] = {TOKENIZER_BOS_ID: "u32"}
+LM_OPTIONAL_KEY_TYPES: dict[str, str] = {TOKENIZER_BOS_ID: "u32", GENERAL_QUANTIZATION_VERSION: "u32"}
 
 # --- codec ------------------------------------------------------------------------------------------
 SAMPLE_RATE = "omnivoice.sample_rate"

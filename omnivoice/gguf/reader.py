@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mmap
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional
 
@@ -23,6 +23,9 @@ MAX_DIMS = 4
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING = 8
 _ARRAY = 9
+# GGUF value types -> the type names omnivoice.gguf.keys and the writer use ("u32", "[i32]", ...)
+_TYPE_NAMES = {0: "u8", 1: "i8", 2: "u16", 3: "i16", 4: "u32", 5: "i32", 6: "f32", 7: "bool", 8: "str", 10: "u64",
+               11: "i64", 12: "f64"}
 
 
 class GGUFFormatError(ValueError):
@@ -142,6 +145,7 @@ class GGUFFile:
     tensors: list
     mmap: Any = None  # the file's read-only memory map (for madvise)
     data: Any = None  # numpy uint8 view of the whole data section
+    types: Dict[str, str] = field(default_factory=dict)  # key -> its GGUF value type ("u32", "[i32]", ...)
 
     def release(self, view) -> None:
         """Let the kernel drop the mapped pages under `view`, a tensor's data (after a copy), so a loader that
@@ -191,11 +195,18 @@ def read_gguf(path: str) -> GGUFFile:
     mm, cur = _open_header(path)
     n_tensors, n_kv = cur.unpack("QQ", "header counts")
     meta: Dict[str, Any] = {}
+    types: Dict[str, str] = {}
     for _ in range(n_kv):
         key = cur.string("a metadata key")
         vtype = cur.unpack("I", f"the type of {key!r}")
         if key in meta:
             raise GGUFFormatError(f"{path}: metadata key {key!r} appears twice")
+        if vtype == _ARRAY:
+            cur.need(4, key)
+            etype = struct.unpack_from("<I", cur.buf, cur.off)[0]
+            types[key] = f"[{_TYPE_NAMES.get(etype, 'array')}]"
+        else:
+            types[key] = _TYPE_NAMES.get(vtype, "?")
         meta[key] = cur.value(vtype, key, True)
     infos = []
     for i in range(n_tensors):
@@ -229,7 +240,7 @@ def read_gguf(path: str) -> GGUFFile:
             raise GGUFFormatError(f"{path}: tensor {name!r} ends at byte {start + n}, past the end of the file "
                                   f"({len(whole)} bytes): truncated?")
         tensors.append(TensorInfo(name, shape, ttype, whole[start:start + n]))
-    return GGUFFile(str(path), meta, tensors, mm, whole[data_start:])
+    return GGUFFile(str(path), meta, tensors, mm, whole[data_start:], types)
 
 
 def read_gguf_metadata(path: str, keys: Optional[Iterable[str]] = None) -> Dict[str, Any]:
@@ -256,7 +267,8 @@ def read_gguf_metadata(path: str, keys: Optional[Iterable[str]] = None) -> Dict[
 
 def open_model(path, arch: str | None = None) -> GGUFFile:
     """Read a model's GGUF file; clear errors for a missing, non-GGUF or truncated file, and for one whose
-    ``general.architecture`` is not ``arch`` (when given)."""
+    ``general.architecture`` is not ``arch`` (when given). omnivoice.cpp's files come back as ours
+    (omnivoice.gguf.compat.adapt)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path}")
@@ -265,4 +277,6 @@ def open_model(path, arch: str | None = None) -> GGUFFile:
         found = f.metadata.get(GENERAL_ARCHITECTURE)
         if found != arch:
             raise ValueError(f"{path}: {GENERAL_ARCHITECTURE} is {found!r}, expected {arch!r}")
-    return f
+    from .compat import adapt  # compat reads GGUFFile: imported here, not at the top
+
+    return adapt(f)

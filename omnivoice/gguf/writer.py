@@ -1,4 +1,5 @@
-"""Streaming GGUF output: typed metadata, tensor encodings (F32/F16/BF16/Q8_0), atomic file replacement.
+"""Streaming GGUF output: typed metadata, tensor encodings (F32/F16/BF16/Q8_0, or bytes encoded by the caller
+for any other ggml type, e.g. ggml's own K-quants), atomic file replacement.
 
 Tensors are produced one at a time by callables, so memory stays at the largest tensor even for the
 full-size model. The file goes through omnivoice.files.atomic_write (a temporary file created exclusively in
@@ -30,16 +31,14 @@ MAX_NAME_BYTES = 127  # GGML_MAX_NAME (128) minus the terminating NUL, as built 
 # LM step took 1150 ms from a 32-aligned file and 1055 ms from a 64-aligned one (2-core Zen 4).
 ALIGNMENT = 64
 
-QTYPES = {
-    "F32": gguf.GGMLQuantizationType.F32,
-    "F16": gguf.GGMLQuantizationType.F16,
-    "BF16": gguf.GGMLQuantizationType.BF16,
-    "Q8_0": gguf.GGMLQuantizationType.Q8_0,
-}
+# the types encode() produces from float32 values; any other ggml type is written from the caller's bytes
+ENCODED = ("F32", "F16", "BF16", "Q8_0")
 
 _VTYPES = {
-    "u32": gguf.GGUFValueType.UINT32, "i32": gguf.GGUFValueType.INT32, "f32": gguf.GGUFValueType.FLOAT32,
-    "bool": gguf.GGUFValueType.BOOL, "str": gguf.GGUFValueType.STRING,
+    "u8": gguf.GGUFValueType.UINT8, "i8": gguf.GGUFValueType.INT8, "u16": gguf.GGUFValueType.UINT16,
+    "i16": gguf.GGUFValueType.INT16, "u32": gguf.GGUFValueType.UINT32, "i32": gguf.GGUFValueType.INT32,
+    "u64": gguf.GGUFValueType.UINT64, "i64": gguf.GGUFValueType.INT64, "f32": gguf.GGUFValueType.FLOAT32,
+    "f64": gguf.GGUFValueType.FLOAT64, "bool": gguf.GGUFValueType.BOOL, "str": gguf.GGUFValueType.STRING,
 }
 
 
@@ -57,20 +56,30 @@ class _FileWriter(gguf.GGUFWriter):
             self.state = WriterState.EMPTY
 
 
+def ggml_type(name: str) -> gguf.GGMLQuantizationType:
+    """The ggml type called `name` ("F32", "Q4_K", ...)."""
+    try:
+        return gguf.GGMLQuantizationType[name]
+    except KeyError:
+        raise GGUFWriteError(f"unknown ggml tensor type {name!r}") from None
+
+
 @dataclass
 class OutTensor:
-    """One tensor to write: GGUF name, torch-order shape, output type name and a producer of float32 values."""
+    """One tensor to write: GGUF name, torch-order shape, output type name and a producer of float32 values
+    (with `raw`, of the type's encoded bytes as a uint8 array: how the types encode() lacks are written)."""
 
     name: str
     shape: tuple[int, ...]
     qtype: str
     produce: Callable[[], np.ndarray]
     source: str = ""  # for progress lines
+    raw: bool = False
 
 
 def nbytes(shape: tuple[int, ...], qtype: str) -> int:
     """Bytes the tensor takes in the file (before alignment padding)."""
-    block, size = gguf.GGML_QUANT_SIZES[QTYPES[qtype]]
+    block, size = gguf.GGML_QUANT_SIZES[ggml_type(qtype)]
     n = math.prod(shape)
     if shape[-1] % block:
         raise GGUFWriteError(f"row length {shape[-1]} is not a multiple of the {qtype} block size {block}")
@@ -84,7 +93,9 @@ def encode(values: np.ndarray, qtype: str) -> np.ndarray:
         return values
     if qtype == "F16":
         return values.astype(np.float16)
-    return gguf.quants.quantize(values, QTYPES[qtype])
+    if qtype not in ENCODED:
+        raise GGUFWriteError(f"{qtype} is written from bytes the caller encodes (OutTensor.raw)")
+    return gguf.quants.quantize(values, gguf.GGMLQuantizationType[qtype])
 
 
 def check_name(name: str) -> None:
@@ -94,21 +105,29 @@ def check_name(name: str) -> None:
 
 
 def write_gguf(path: Path, arch: str, kv: list[tuple[str, Any, str]], tensors: list[OutTensor],
-               progress: bool = True, label: str = "") -> Path:
-    """Write a GGUF file at ``path`` atomically. ``kv`` holds (key, value, type) with type as in omnivoice.gguf.keys."""
+               progress: bool = True, label: str = "", alignment: int | None = ALIGNMENT) -> Path:
+    """Write a GGUF file at ``path`` atomically. ``kv`` holds (key, value, type) with type as in omnivoice.gguf.keys.
+
+    `alignment` None writes no general.alignment key: GGUF's default of 32 bytes (how omnivoice.cpp's files are).
+    """
     seen = set()
     for t in tensors:
         check_name(t.name)
         if t.name in seen:
             raise GGUFWriteError(f"tensor {t.name!r} would be written twice")
         seen.add(t.name)
-        if t.qtype not in QTYPES:
+        if t.qtype not in gguf.GGMLQuantizationType.__members__:
             raise GGUFWriteError(f"tensor {t.name!r}: unknown output type {t.qtype!r}")
+        if not t.raw and t.qtype not in ENCODED:
+            raise GGUFWriteError(f"tensor {t.name!r}: {t.qtype} must be given as encoded bytes (raw)")
     path = Path(path)
     with atomic_write(path, "the GGUF output") as f:
         writer = _FileWriter(f, arch)
-        writer.add_custom_alignment(ALIGNMENT)
+        if alignment is not None:
+            writer.add_custom_alignment(alignment)
         for key, value, vtype in kv:
+            if vtype not in _VTYPES and vtype[1:-1] not in _VTYPES:
+                raise GGUFWriteError(f"metadata key {key!r}: cannot write values of type {vtype!r}")
             if vtype.startswith("["):
                 sub = _VTYPES[vtype[1:-1]]
                 writer.add_key_value(key, list(value), gguf.GGUFValueType.ARRAY, sub_type=sub)
@@ -116,17 +135,21 @@ def write_gguf(path: Path, arch: str, kv: list[tuple[str, Any, str]], tensors: l
                 writer.add_key_value(key, value, _VTYPES[vtype])
         for t in tensors:
             writer.add_tensor_info(t.name, t.shape, np.dtype(np.float32), nbytes(t.shape, t.qtype),
-                                   raw_dtype=QTYPES[t.qtype])
+                                   raw_dtype=ggml_type(t.qtype))
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         for i, t in enumerate(tensors):
             values = t.produce()
-            if tuple(values.shape) != tuple(t.shape):
+            want = nbytes(t.shape, t.qtype)
+            if t.raw and (values.dtype != np.uint8 or values.nbytes != want):
+                raise GGUFWriteError(f"tensor {t.name!r}: {values.nbytes} bytes of {values.dtype} given, "
+                                     f"{t.qtype} {list(t.shape)} takes {want}")
+            if not t.raw and tuple(values.shape) != tuple(t.shape):
                 raise GGUFWriteError(f"tensor {t.name!r}: produced shape {values.shape}, planned {t.shape}")
             if progress:
                 src = f" <- {t.source}" if t.source and t.source != t.name else ""
                 print(f"{label}[{i + 1:4d}/{len(tensors)}] {t.name} {list(t.shape)} {t.qtype}{src}",
                       file=sys.stderr, flush=True)
-            writer.write_tensor_data(encode(values, t.qtype))
+            writer.write_tensor_data(values if t.raw else encode(values, t.qtype))
     return path

@@ -15,8 +15,9 @@ from ..ggml import Tensor, WeightStore, types
 from ..gguf import GGUFFile, TensorInfo
 
 # The types each kind of weight may have: what the graphs' ggml ops take there (and the tests cover).
-MATRIX = (types.F32, types.F16, types.BF16, types.Q8_0)     # the weight of ggml_mul_mat
-EMBEDDING = (types.F32, types.F16, types.BF16, types.Q8_0)  # rows gathered by ggml_get_rows
+# (the K-quants: python -m omnivoice.quantize's and omnivoice.cpp's files; tests/ggml/test_quants.py runs each)
+MATRIX = (types.F32, types.F16, types.BF16, types.Q8_0, *types.K_QUANTS)     # the weight of ggml_mul_mat
+EMBEDDING = (types.F32, types.F16, types.BF16, types.Q8_0, *types.K_QUANTS)  # rows gathered by ggml_get_rows
 VECTOR = (types.F32,)                                       # norms, biases, scales: elementwise with F32
 CONV = (types.F32,)                                         # conv kernels: im2col columns are F32
 

@@ -17,6 +17,7 @@ import re
 import unicodedata
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ..gguf.keys import QWEN2_PRETOKENIZE_REGEX
 from ..gguf.reader import read_gguf_metadata
 from .unicode_classes import LETTER_RANGES, NUMBER_RANGES, SPACE_RANGES
 
@@ -47,11 +48,9 @@ def bytes_to_unicode() -> Dict[int, str]:
     return dict(zip(bs, (chr(c) for c in cs)))
 
 
-# The split regex of Qwen2/Qwen3 tokenizer.json files, in Oniguruma syntax.
-QWEN2_SPLIT_REGEX = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+# The split regex of Qwen2/Qwen3 tokenizer.json files, in Oniguruma syntax (what a GGUF's
+# omnivoice.tokenizer.pretokenize_regex holds, so its home is the format's key table).
+QWEN2_SPLIT_REGEX = QWEN2_PRETOKENIZE_REGEX
 
 
 def _char_class(ranges: Iterable[Tuple[int, int]]) -> str:
@@ -145,10 +144,16 @@ class Tokenizer:
     # ---------------------------------------------------------------- constructors
     @classmethod
     def from_gguf(cls, path: str) -> "Tokenizer":
-        """Load from the tokenizer.ggml.* metadata of a GGUF file (model "gpt2", pre "qwen2")."""
+        """Load from the tokenizer.ggml.* metadata of a GGUF file (model "gpt2", pre "qwen2"); omnivoice.cpp's
+        files have no token types and no pre-tokenizer name: omnivoice.gguf.compat gives them."""
+        from ..gguf import compat, keys as K
+
         keys = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens",
                 "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
-        meta = read_gguf_metadata(path, keys)
+        # the keys compat tells omnivoice.cpp's files by, and derives their token types from
+        meta = read_gguf_metadata(path, keys + (K.GENERAL_ARCHITECTURE, K.CODEBOOK_LAYER_OFFSETS, *K.SPECIAL_TOKENS))
+        if K.TOKENIZER_TOKENS in meta and K.TOKENIZER_MERGES in meta:
+            meta = compat.complete(meta, {}, path, only=(K.TOKENIZER_PRE, K.TOKENIZER_TOKEN_TYPE))
         for k in keys:
             if k not in meta:
                 raise ValueError(f"{path}: GGUF metadata has no {k!r}; not an OmniVoice LM GGUF with a tokenizer")

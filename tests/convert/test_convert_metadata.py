@@ -8,14 +8,14 @@ import math
 import pytest
 
 from omnivoice.gguf import keys as K
-from omnivoice.convert import QUANTS
+from tests.convert.conftest import BASIC_QUANTS
 
 
 def _json(path):
     return json.loads(path.read_text())
 
 
-@pytest.mark.parametrize("quant", QUANTS)
+@pytest.mark.parametrize("quant", BASIC_QUANTS)
 def test_lm_keys_complete_and_typed(quant, converted, parse):
     g = parse(converted[quant][0])
     for key, typ in K.LM_KEY_TYPES.items():

@@ -5,18 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnivoice.convert import QUANTS
+from tests.convert.conftest import BASIC_QUANTS as QUANTS
 
 EMBEDDINGS = {"llm.embed_tokens.weight", "audio_embeddings.weight"}
 POS = "semantic_model.encoder.pos_conv_embed.conv"
 
 
 def expected_type(name: str, ndim: int, quant: str) -> str:
-    """The storage policy, restated: norms F32; embeddings follow the quant but Q8_0 -> F16; matrices follow it."""
+    """The storage policy, restated: norms F32; embeddings and matrices follow the quant (as omnivoice.cpp's)."""
     if ndim == 1:
         return "F32"
-    if name in EMBEDDINGS:
-        return {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "F16"}[quant]
     return {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0"}[quant]
 
 
@@ -73,11 +71,12 @@ def test_lm_tensors_equal_source(quant, converted, parse, source_tensors):
             assert np.all(err <= d * (0.5 + 127 * 2.0 ** -11) + 1e-12), name
 
 
-def test_q8_0_leaves_embeddings_and_norms_unquantized(converted, parse):
+def test_q8_0_quantizes_embeddings_and_leaves_norms(converted, parse):
     g = parse(converted["q8_0"][0])
     kinds = {t.type_name for n, t in g.tensors.items() if n in EMBEDDINGS}
     norms = {t.type_name for n, t in g.tensors.items() if n.endswith("norm.weight")}
-    assert kinds == {"F16"} and norms == {"F32"}
+    assert kinds == {"Q8_0"} and norms == {"F32"}
+    assert g.value("general.quantization_version") == 2
 
 
 def test_codec_tensors_equal_source_after_transforms(converted, parse, source_tensors):
