@@ -1,0 +1,167 @@
+"""One synthesis request as data: the fields of `OmniVoice.synthesize`, checked before any model work.
+
+    req = SynthesisRequest.from_dict({"text": "Hello.", "language": "English", "seed": 3})
+    req.validate()                      # ValueError naming the field, the value and what was expected
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from numbers import Integral
+from typing import Any, Mapping, Optional, Union
+
+import numpy as np
+
+from ..codec.voice import VoicePrompt
+
+AudioInput = Union[str, "os.PathLike[str]", tuple]
+
+__all__ = ["SynthesisRequest", "InvalidRequests", "as_request"]
+
+
+@dataclass
+class SynthesisRequest:
+    """What `synthesize` takes, as one record (defaults are the reference's).
+
+    Voice: `voice` (a VoicePrompt), or `ref_audio` (a path, or (samples, sample_rate)) with its transcript
+    `ref_text`, or `instruct` (voice design), or none of them (auto voice). `id` is the caller's name for the
+    request (the batch CLI's output file name); the engine does not read it.
+    """
+
+    text: str
+    language: Optional[str] = None
+    instruct: Optional[str] = None
+    ref_audio: Optional[AudioInput] = None
+    ref_text: Optional[str] = None
+    voice: Optional[VoicePrompt] = None
+    duration: Optional[float] = None
+    speed: float = 1.0
+    num_step: int = 32
+    guidance_scale: float = 2.0
+    t_shift: float = 0.1
+    layer_penalty_factor: float = 5.0
+    position_temperature: float = 5.0
+    class_temperature: float = 0.0
+    seed: Optional[int] = None
+    denoise: bool = True
+    postprocess_output: bool = True
+    preprocess_prompt: bool = True
+    pad_duration: float = 0.1
+    fade_duration: float = 0.1
+    chunk_duration: float = 15.0
+    chunk_threshold: float = 30.0
+    id: Optional[str] = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SynthesisRequest":
+        """A request from a mapping of field names; an unknown key or a missing `text` is a ValueError."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a request must be a mapping of field names to values, got {type(d).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(str(k) for k in d if k not in names)
+        if unknown:
+            raise ValueError(f"unknown request field{'s' if len(unknown) > 1 else ''} "
+                             f"{', '.join(repr(k) for k in unknown)} (fields: {', '.join(sorted(names))})")
+        if "text" not in d:
+            raise ValueError("request has no 'text'")
+        return cls(**dict(d))
+
+    def options(self) -> dict:
+        """The keyword options of `OmniVoice.synthesize` (api.OPTIONS: everything but text, language, instruct,
+        the voice and id)."""
+        from ..api import OPTIONS
+
+        return {k: getattr(self, k) for k in OPTIONS}
+
+    def validate(self) -> "SynthesisRequest":
+        """Check every field that can be checked without the model; return self, or raise ValueError naming
+        the field, what it holds and what is expected. The options are checked by api.make_settings, as
+        synthesize checks them; a `ref_audio` path must name a file soundfile can read (its header is read,
+        the samples are not)."""
+        from ..api import make_settings
+
+        if not isinstance(self.text, str):
+            raise ValueError(f"text: expected a string, got {type(self.text).__name__}")
+        if not self.text.strip():
+            raise ValueError("text: is empty, nothing to synthesize")
+        for name in ("language", "instruct", "ref_text"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"{name}: expected a string or null, got {type(value).__name__}")
+        self._check_voice()
+        if not isinstance(self.preprocess_prompt, (bool, np.bool_)):
+            raise ValueError(f"preprocess_prompt: expected true or false, got {self.preprocess_prompt!r}")
+        if self.id is not None and not isinstance(self.id, (str, Integral)):
+            raise ValueError(f"id: expected a string, got {type(self.id).__name__}")
+        try:
+            make_settings(self.text, None, None, **self.options())
+        except TypeError as e:  # an option of the wrong type: make_settings names it
+            raise ValueError(str(e)) from None
+        for name in ("language", "instruct"):
+            try:
+                make_settings(self.text, **{name: getattr(self, name)})
+            except ValueError as e:
+                raise ValueError(f"{name}: {e}") from None
+        return self
+
+    def _check_voice(self) -> None:
+        if self.voice is not None:
+            if not isinstance(self.voice, VoicePrompt):
+                raise ValueError(f"voice: expected a VoicePrompt, got {type(self.voice).__name__}")
+            if self.ref_audio is not None:
+                raise ValueError("voice and ref_audio: give one of them, not both")
+            if self.ref_text is not None:
+                raise ValueError("ref_text: a voice carries its own transcript; give ref_text only with ref_audio")
+            return
+        if self.ref_audio is None:
+            if self.ref_text is not None:
+                raise ValueError("ref_text: given without ref_audio (cloning needs the reference audio too)")
+            return
+        if self.ref_text is None or not self.ref_text.strip():
+            raise ValueError("ref_text: the transcript of ref_audio is required for voice cloning")
+        if isinstance(self.ref_audio, (str, os.PathLike)):
+            _check_audio_file(self.ref_audio)
+            return
+        try:
+            samples, rate = self.ref_audio
+        except (TypeError, ValueError):
+            raise ValueError("ref_audio: expected a path or a (samples, sample_rate) pair") from None
+        a = np.asarray(samples)
+        if a.dtype.kind != "f" or a.ndim not in (1, 2) or a.size == 0:
+            raise ValueError(f"ref_audio: samples must be a non-empty float array [n] or [channels, n], "
+                             f"got dtype {a.dtype} shape {a.shape}")
+        if isinstance(rate, bool) or not isinstance(rate, Integral) or rate <= 0:
+            raise ValueError(f"ref_audio: sample rate must be a positive integer, got {rate!r}")
+
+
+def _check_audio_file(path) -> None:
+    import soundfile as sf
+
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise ValueError(f"ref_audio: {p}: no such file")
+    if not os.path.isfile(p):
+        raise ValueError(f"ref_audio: {p}: not a regular file")
+    try:
+        info = sf.info(p)
+    except Exception as e:  # soundfile raises RuntimeError subclasses, or OSError for permissions
+        raise ValueError(f"ref_audio: {p}: not a readable audio file ({e})") from None
+    if info.frames == 0:
+        raise ValueError(f"ref_audio: {p}: holds no audio samples")
+
+
+class InvalidRequests(ValueError):
+    """Some requests of a batch are invalid. `errors` lists (index, id, message) for each of them."""
+
+    def __init__(self, errors: list[tuple[int, Optional[str], str]]) -> None:
+        self.errors = errors
+        lines = [f"request {i}{f' (id {rid!r})' if rid is not None else ''}: {msg}" for i, rid, msg in errors]
+        super().__init__(f"{len(errors)} invalid request{'s' if len(errors) > 1 else ''}:\n  " + "\n  ".join(lines))
+
+
+def as_request(item: Union[SynthesisRequest, Mapping[str, Any]]) -> SynthesisRequest:
+    """A SynthesisRequest as it is, or one made from a mapping (SynthesisRequest.from_dict)."""
+    if isinstance(item, SynthesisRequest):
+        return item
+    return SynthesisRequest.from_dict(item)
