@@ -94,6 +94,16 @@ def run(body: Callable[[], int]) -> int:
                 signal.signal(s, h)
 
 
+def add_sampler_options(group) -> None:
+    """The MaskGIT sampler's options as every synthesizing command line names them (defaults: api.OPTIONS)."""
+    from .api import OPTIONS
+
+    for name, key in (("--guidance-scale", "guidance_scale"), ("--t-shift", "t_shift"),
+                      ("--layer-penalty", "layer_penalty_factor"), ("--position-temperature", "position_temperature"),
+                      ("--class-temperature", "class_temperature")):
+        group.add_argument(name, type=float, default=OPTIONS[key], help=f"(default {OPTIONS[key]:g})")
+
+
 class Progress:
     """A `progress(done, total)` callback that reports on stderr.
 

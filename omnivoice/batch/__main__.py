@@ -23,7 +23,8 @@ manifest: one JSON object per line, as the reference's omnivoice-infer-batch rea
 required; "ref_audio" (relative paths are relative to the manifest's folder) with "ref_text" for cloning,
 "instruct" for voice design, "language_id" (or "language"), "duration", "speed"; and any of seed, num_step,
 guidance_scale, t_shift, layer_penalty_factor, position_temperature, class_temperature, denoise,
-postprocess_output, preprocess_prompt, chunk_duration, chunk_threshold (they override the options below).
+postprocess_output, preprocess_prompt, pad_duration, fade_duration, chunk_duration, chunk_threshold (they
+override the options below).
 
 output: OUTDIR/<id>.wav (or .flac, .mp3, .ogg, .opus), written whole or not at all; with --save-tokens also
 OUTDIR/<id>.npy (int32 [8, T], the chunks' tokens joined). An id whose audio file exists is skipped (so a run
@@ -70,11 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("generation (defaults for lines that do not set them)")
     g.add_argument("--language", help="language for lines without language_id")
     g.add_argument("--num-step", type=int, default=32, help="MaskGIT steps (default 32)")
-    g.add_argument("--guidance-scale", type=float, default=2.0)
-    g.add_argument("--t-shift", type=float, default=0.1)
-    g.add_argument("--layer-penalty", type=float, default=5.0)
-    g.add_argument("--position-temperature", type=float, default=5.0)
-    g.add_argument("--class-temperature", type=float, default=0.0)
+    cli.add_sampler_options(g)
     g.add_argument("--seed", type=int, default=-1, help="sampling seed of every line (default -1: random)")
     g.add_argument("--no-denoise", action="store_true", help="omit the <|denoise|> token")
     g.add_argument("--no-postprocess", action="store_true", help="skip the output post-processing")

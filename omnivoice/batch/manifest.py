@@ -3,8 +3,8 @@
 One JSON object per line: `id` and `text` required; `ref_audio` (a path, relative to the manifest's folder),
 `ref_text`, `instruct`, `language_id` (or `language`), `duration`, `speed` as in the reference; also any
 synthesis option of `SynthesisRequest` (seed, num_step, guidance_scale, t_shift, layer_penalty_factor,
-position_temperature, class_temperature, denoise, postprocess_output, preprocess_prompt, chunk_duration,
-chunk_threshold), which override the command line's defaults for that line. Blank lines are skipped. Other
+position_temperature, class_temperature, denoise, postprocess_output, preprocess_prompt, pad_duration,
+fade_duration, chunk_duration, chunk_threshold), which override the command line's defaults for that line. Blank lines are skipped. Other
 keys are ignored (the reference ignores them too) and reported once.
 
 Every line becomes an Item: a checked SynthesisRequest, or the reason it cannot be one (not JSON, with its line
@@ -27,8 +27,8 @@ __all__ = ["Item", "Manifest", "read_manifest", "REFERENCE_FIELDS", "OPTION_FIEL
 REFERENCE_FIELDS = ("id", "text", "ref_audio", "ref_text", "instruct", "language_id", "language", "duration",
                     "speed")
 OPTION_FIELDS = ("seed", "num_step", "guidance_scale", "t_shift", "layer_penalty_factor", "position_temperature",
-                 "class_temperature", "denoise", "postprocess_output", "preprocess_prompt", "chunk_duration",
-                 "chunk_threshold")
+                 "class_temperature", "denoise", "postprocess_output", "preprocess_prompt", "pad_duration",
+                 "fade_duration", "chunk_duration", "chunk_threshold")
 MAX_ID_BYTES = 200  # file names are at most 255 bytes; room for the extension and the writer's temp suffix
 
 
