@@ -4,8 +4,8 @@ One JSON object per line: `id` and `text` required; `ref_audio` (a path, relativ
 `ref_text`, `instruct`, `language_id` (or `language`), `duration`, `speed` as in the reference; also any
 synthesis option of `SynthesisRequest` (seed, num_step, guidance_scale, t_shift, layer_penalty_factor,
 position_temperature, class_temperature, denoise, postprocess_output, preprocess_prompt, pad_duration,
-fade_duration, chunk_duration, chunk_threshold), which override the command line's defaults for that line. Blank lines are skipped. Other
-keys are ignored (the reference ignores them too) and reported once.
+fade_duration, chunk_duration, chunk_threshold), which override the command line's defaults for that line.
+Blank lines are skipped. Other keys are ignored (the reference ignores them too) and reported once.
 
 Every line becomes an Item: a checked SynthesisRequest, or the reason it cannot be one (not JSON, with its line
 number; no id or text; an id that is not a usable file name; a duplicate id; a missing or unreadable
