@@ -97,6 +97,21 @@ def defaults_of(args) -> dict:
                 chunk_threshold=args.chunk_threshold)
 
 
+def check_defaults(defaults: dict) -> None:
+    """The command line's options checked as synthesize checks them (api.check_options): a bad one is bad
+    input named by its flag, before the manifest is read, rather than a failure of every line."""
+    from ..api import OptionError, check_options
+
+    opts = {k: v for k, v in defaults.items() if k not in ("language", "preprocess_prompt")}
+    try:
+        check_options("", defaults["language"], None, **opts)
+    except OptionError as e:
+        flag = "--layer-penalty" if e.option == "layer_penalty_factor" else "--" + e.option.replace("_", "-")
+        raise ValueError(f"{flag} {e.problem}, got {e.value!r}") from None
+    except ValueError as e:
+        raise ValueError(f"--language: {e}") from None
+
+
 def batch_size_of(value: str):
     if value == "auto":
         return value
@@ -159,7 +174,9 @@ def run(args) -> int:
         raise ValueError("--cpu-actors N needs --ray and N >= 1")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    manifest = read_manifest(args.manifest, defaults_of(args))
+    defaults = defaults_of(args)
+    check_defaults(defaults)
+    manifest = read_manifest(args.manifest, defaults)
     try:
         out = OutputDir(args.output_dir, args.format, args.save_tokens)
     except OSError as e:
@@ -247,7 +264,7 @@ def run_local(args, items, batch_size, say, on_ready=lambda: None):
         say(f"model {ov.model_path.name} on {ov.runtime.device.spec} ({ov.runtime.device.description}), "
             f"loaded in {time.perf_counter() - t0:.1f}s")
         runnable = []
-        for it, p in zip(items, prepare(ov, [it.request for it in items])):
+        for it, p in zip(items, prepare([it.request for it in items])):
             if isinstance(p, Exception):
                 yield it, p
             else:

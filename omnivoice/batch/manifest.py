@@ -2,14 +2,14 @@
 
 One JSON object per line: `id` and `text` required; `ref_audio` (a path, relative to the manifest's folder),
 `ref_text`, `instruct`, `language_id` (or `language`), `duration`, `speed` as in the reference; also any
-synthesis option of `SynthesisRequest` (seed, num_step, guidance_scale, t_shift, layer_penalty_factor,
-position_temperature, class_temperature, denoise, postprocess_output, preprocess_prompt, pad_duration,
-fade_duration, chunk_duration, chunk_threshold), which override the command line's defaults for that line.
+synthesis option of `SynthesisRequest` (api.OPTIONS: seed, num_step, guidance_scale, ...; and
+preprocess_prompt), which override the command line's defaults for that line.
 Blank lines are skipped. Other keys are ignored (the reference ignores them too) and reported once.
 
 Every line becomes an Item: a checked SynthesisRequest, or the reason it cannot be one (not JSON, with its line
 number; no id or text; an id that is not a usable file name; a duplicate id; a missing or unreadable
-ref_audio; an unknown language; any value SynthesisRequest.validate refuses). Nothing here loads a model.
+ref_audio; an unknown language; any value SynthesisRequest.validate refuses, with api's option checks). Every
+line is checked before a model loads, so all bad lines are reported at once, before any work.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..api import OPTIONS
 from ..engine.request import SynthesisRequest
 
 __all__ = ["Item", "Manifest", "read_manifest", "REFERENCE_FIELDS", "OPTION_FIELDS"]
 
 REFERENCE_FIELDS = ("id", "text", "ref_audio", "ref_text", "instruct", "language_id", "language", "duration",
                     "speed")
-OPTION_FIELDS = ("seed", "num_step", "guidance_scale", "t_shift", "layer_penalty_factor", "position_temperature",
-                 "class_temperature", "denoise", "postprocess_output", "preprocess_prompt", "pad_duration",
-                 "fade_duration", "chunk_duration", "chunk_threshold")
+# the synthesis options beside the reference's fields (api.OPTIONS, the one table of them)
+OPTION_FIELDS = tuple(k for k in OPTIONS if k not in REFERENCE_FIELDS) + ("preprocess_prompt",)
 MAX_ID_BYTES = 200  # file names are at most 255 bytes; room for the extension and the writer's temp suffix
 
 

@@ -66,7 +66,7 @@ class Synthesizer:
 
         out: list = [None] * len(requests)
         jobs = []
-        for i, p in enumerate(prepare(self.ov, requests)):
+        for i, p in enumerate(prepare(requests)):
             if isinstance(p, Exception):
                 out[i] = p
             else:

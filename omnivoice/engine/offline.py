@@ -29,16 +29,16 @@ class BatchFailed(RuntimeError):
         super().__init__(f"{len(errors)} of {len(results)} requests failed:\n  " + "\n  ".join(lines))
 
 
-def prepare(ov, items: Iterable[RequestLike]) -> list[Union[tuple[SynthesisRequest, Settings], Exception]]:
-    """Each item checked (SynthesisRequest.validate) and resolved into pipeline Settings by `ov.settings`;
-    an invalid item gets its ValueError in its place."""
+def prepare(items: Iterable[RequestLike]) -> list[Union[tuple[SynthesisRequest, Settings], Exception]]:
+    """Each item checked and resolved into pipeline Settings (SynthesisRequest.settings); an invalid item gets
+    its ValueError in its place."""
     out: list = []
     for item in items:
         try:
-            req = as_request(item).validate()
-            out.append((req, ov.settings(req.language, req.instruct, req.text, **req.options())))
-        except (ValueError, TypeError) as e:
-            out.append(e if isinstance(e, ValueError) else ValueError(str(e)))
+            req = as_request(item)
+            out.append((req, req.settings()))
+        except ValueError as e:
+            out.append(e)
     return out
 
 
@@ -84,7 +84,7 @@ def synthesize_batch(ov, requests: Sequence[RequestLike], batch_size: int | str 
     the end. `progress(done, total)` is called as requests finish.
     """
     items = list(requests)
-    prepared = prepare(ov, items)
+    prepared = prepare(items)
     bad = [(i, _item_id(items[i]), str(p)) for i, p in enumerate(prepared) if isinstance(p, Exception)]
     if bad:
         raise InvalidRequests(bad)

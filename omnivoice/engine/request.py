@@ -2,6 +2,7 @@
 
     req = SynthesisRequest.from_dict({"text": "Hello.", "language": "English", "seed": 3})
     req.validate()                      # ValueError naming the field, the value and what was expected
+    settings = req.settings()           # the same checks, and the pipeline Settings they resolve to
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
+from ..api import OPTIONS, OptionError, make_settings
 from ..codec.voice import VoicePrompt
+from ..pipeline import Settings
+from ..text.languages import UnknownLanguageError
+from ..text.voice_design import InstructError
 
 AudioInput = Union[str, "os.PathLike[str]", tuple]
 
@@ -35,22 +40,23 @@ class SynthesisRequest:
     ref_audio: Optional[AudioInput] = None
     ref_text: Optional[str] = None
     voice: Optional[VoicePrompt] = None
-    duration: Optional[float] = None
-    speed: float = 1.0
-    num_step: int = 32
-    guidance_scale: float = 2.0
-    t_shift: float = 0.1
-    layer_penalty_factor: float = 5.0
-    position_temperature: float = 5.0
-    class_temperature: float = 0.0
-    seed: Optional[int] = None
-    denoise: bool = True
-    postprocess_output: bool = True
+    # the options of synthesize, with api.OPTIONS' defaults (one table of them)
+    duration: Optional[float] = OPTIONS["duration"]
+    speed: float = OPTIONS["speed"]
+    num_step: int = OPTIONS["num_step"]
+    guidance_scale: float = OPTIONS["guidance_scale"]
+    t_shift: float = OPTIONS["t_shift"]
+    layer_penalty_factor: float = OPTIONS["layer_penalty_factor"]
+    position_temperature: float = OPTIONS["position_temperature"]
+    class_temperature: float = OPTIONS["class_temperature"]
+    seed: Optional[int] = OPTIONS["seed"]
+    denoise: bool = OPTIONS["denoise"]
+    postprocess_output: bool = OPTIONS["postprocess_output"]
     preprocess_prompt: bool = True
-    pad_duration: float = 0.1
-    fade_duration: float = 0.1
-    chunk_duration: float = 15.0
-    chunk_threshold: float = 30.0
+    pad_duration: float = OPTIONS["pad_duration"]
+    fade_duration: float = OPTIONS["fade_duration"]
+    chunk_duration: float = OPTIONS["chunk_duration"]
+    chunk_threshold: float = OPTIONS["chunk_threshold"]
     id: Optional[str] = None
 
     @classmethod
@@ -70,17 +76,20 @@ class SynthesisRequest:
     def options(self) -> dict:
         """The keyword options of `OmniVoice.synthesize` (api.OPTIONS: everything but text, language, instruct,
         the voice and id)."""
-        from ..api import OPTIONS
-
         return {k: getattr(self, k) for k in OPTIONS}
 
     def validate(self) -> "SynthesisRequest":
         """Check every field that can be checked without the model; return self, or raise ValueError naming
-        the field, what it holds and what is expected. The options are checked by api.make_settings, as
-        synthesize checks them; a `ref_audio` path must name a file soundfile can read (its header is read,
-        the samples are not)."""
-        from ..api import make_settings
+        the field, what it holds and what is expected (see settings)."""
+        self.settings()
+        return self
 
+    def settings(self, wording: Optional[str] = None) -> Settings:
+        """The checked request as pipeline Settings: the options, language and instruct by api.make_settings,
+        the one set of checks synthesize runs (OptionError, a ValueError, names a bad option); the text, the
+        voice fields and id here. A `ref_audio` path must name a file soundfile can read (its header is read,
+        the samples are not). `wording`: the text that decides whether instruct attributes are worded in
+        Chinese (a stream's first sentence), by default the text."""
         if not isinstance(self.text, str):
             raise ValueError(f"text: expected a string, got {type(self.text).__name__}")
         if not self.text.strip():
@@ -95,15 +104,15 @@ class SynthesisRequest:
         if self.id is not None and not isinstance(self.id, (str, Integral)):
             raise ValueError(f"id: expected a string, got {type(self.id).__name__}")
         try:
-            make_settings(self.text, None, None, **self.options())
-        except TypeError as e:  # an option of the wrong type: make_settings names it
+            return make_settings(wording or self.text, self.language, self.instruct, **self.options())
+        except OptionError:
+            raise
+        except UnknownLanguageError as e:
+            raise ValueError(f"language: {e}") from None
+        except InstructError as e:
+            raise ValueError(f"instruct: {e}") from None
+        except TypeError as e:  # not expected from checked fields; still a bad request, not a crash
             raise ValueError(str(e)) from None
-        for name in ("language", "instruct"):
-            try:
-                make_settings(self.text, **{name: getattr(self, name)})
-            except ValueError as e:
-                raise ValueError(f"{name}: {e}") from None
-        return self
 
     def _check_voice(self) -> None:
         if self.voice is not None:

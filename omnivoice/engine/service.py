@@ -150,11 +150,12 @@ class Engine:
     def submit(self, request: Union[SynthesisRequest, Mapping[str, Any]], stream: bool = False) -> Job:
         """Queue a request (a SynthesisRequest or a dict of its fields). Raises ValueError for an invalid one,
         EngineFull when the queue is full, RuntimeError after close()."""
-        req = as_request(request).validate()
+        req = as_request(request)
+        settings = req.settings()
         sentences = stream_sentences(req.text) if stream else None
-        # A stream words a voice-design instruct (English or Chinese) by its first sentence, as OmniVoice.stream
-        settings = self.ov.settings(req.language, req.instruct, sentences[0] if stream else req.text,
-                                    **req.options())
+        if sentences and req.instruct:
+            # a stream words a voice-design instruct (English or Chinese) by its first sentence, as OmniVoice.stream
+            settings = req.settings(wording=sentences[0])
         task = Task(req, settings, sentences=sentences)
         job = Job(self, task)
         task.on_audio = job._audio

@@ -131,6 +131,14 @@ def test_bad_options_and_manifests_exit_2(workdir, tiny_gguf, capsys):
     (workdir / "latin1.jsonl").write_bytes(b'{"id": "x", "text": "caf\xe9"}\n')
     assert main([str(workdir / "latin1.jsonl"), "-o", str(workdir / "o1")]) == 2
     assert "--batch-size must be" in capsys.readouterr().err
+    # the command line's options get synthesize's checks, named by their flags, before any line is read
+    for flags, said in ((["--num-step", "0"], "--num-step must be an integer >= 1"),
+                        (["--guidance-scale", "-1"], "--guidance-scale must be a finite number >= 0"),
+                        (["--layer-penalty", "nan"], "--layer-penalty must be a finite number"),
+                        (["--language", "Klingonese"], "--language: unknown language 'Klingonese'")):
+        assert main([str(manifest), "-o", str(workdir / "o2"), *flags]) == 2
+        assert said in capsys.readouterr().err
+    assert not (workdir / "o2").exists()
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])

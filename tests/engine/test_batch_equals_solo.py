@@ -50,7 +50,7 @@ def test_mixed_batch_equals_solo_runs(ov, ref_clip, greedy):
 def test_one_graph_serves_many_steps(ov):
     """Requests that start together and share a step count are packed into one graph for all their steps."""
     requests = [dict(text=f"Request number {i}.", seed=i, num_step=5) for i in range(4)]
-    prepared = prepare(ov, requests)
+    prepared = prepare(requests)
     with BatchEngine(ov, max_batch=4) as engine:
         outcomes = dict(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
         assert engine.stats["steps"] == 5 and engine.stats["graphs"] == 1
@@ -133,7 +133,7 @@ def test_a_batch_that_does_not_fit_is_halved(ov, monkeypatch):
 
     requests = [dict(text=f"Request {i} fits.", seed=i, num_step=4, duration=1.0) for i in range(5)]
     requests.append(dict(text="This one is too long to fit.", seed=9, num_step=4, duration=3.0))
-    prepared = prepare(ov, requests)
+    prepared = prepare(requests)
     monkeypatch.setattr(ov.lm, "session", session)
     with BatchEngine(ov, max_batch=8) as engine:
         outcomes = dict(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
