@@ -222,7 +222,8 @@ def _run_items(args, todo, batch_size, out, progress, say, severity, skipped, ba
                     progress.update(failed=True)
                 else:
                     audio_bytes, tokens, seconds = outcome
-                    out.write(it.id, audio_bytes, tokens)
+                    with cli.signals_deferred():  # an item's files are written whole, temporaries never left
+                        out.write(it.id, audio_bytes, tokens)
                     progress.update(seconds)
     finally:
         if outcomes is not None:
