@@ -1,65 +1,44 @@
 #!/usr/bin/env bash
-# Issue 19 on nvidia-h200-x2: `python -m omnivoice.batch --ray` on a local Ray head, 64 mixed five-second
-# requests (auto / design / clone) on one GPU actor, then on two; items/s, aggregate RTF, the scaling, and
-# whether every item's tokens are equal in both runs (results in $OUT).
+# Issue 15 on nvidia-h200-x2, in one device call (~8 minutes on a bare machine; results in $OUT):
+# `python -m omnivoice.batch --ray` on a local Ray cluster, 64 mixed five-second requests (auto / design / clone)
+# on one GPU actor, then on two; items/s, aggregate RTF, the scaling, and whether every item's tokens are equal
+# in both runs.
 #
-# Ray does not fit one call's carry (tools/device/ray_wheels.sh, run here, makes .whl-ray/: Ray in two zips
-# without its Java jars, and jsonschema's wheels), so two calls on one warm machine (the next within 30 s):
-#
-#   1. carry .whl, vendor/ggml/cache, .devcarry, .whl-ray/ray-part1.zip:
-#        CUDA_LIB_ARCHIVE=.devcarry/cudalib bash tools/device/h200x2_ray.sh stash    # setup + keep part 1
-#   2. carry .whl, .whl-ray (part 2 and the small wheels; part 1 may stay behind):
-#        bash tools/device/h200x2_ray.sh run                                         # ~4 minutes
-#
+# Carry (made here once: bash tools/device/prepare_carry.sh; bash tools/device/ray_wheels.sh):
+#   .whl, .devcarry/ggml-src.tar.xz, .whl-ray (Ray without its Java jars, xz'd: ~28 MB; 64 MiB in all)
+#     bash tools/device/h200x2_ray.sh
+# CUDA_LIB_ARCHIVE=DIR skips the ggml build when its parts fit the carry too (see batch_setup.sh).
 # Both runs use --batch-size 32: the driver shards the manifest in the engine's order, one shard per engine
 # batch, so the same requests share a graph with one actor or two and the tokens can be compared on a GPU.
-# On the CPU (to try it): BACKEND=cpu CKPT=/path/to/ckpt-tiny N=8 STEPS=4 bash tools/device/h200x2_ray.sh run
+# On the CPU (to try it): BACKEND=cpu CKPT=/path/to/ckpt-tiny N=8 STEPS=4 bash tools/device/h200x2_ray.sh
 set -uo pipefail
-mode=${1:-run}
 t0=$(date +%s)
-source tools/device/batch_setup.sh || exit 1
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/h200x2_ray.log") 2>&1
-STASH=/tmp/ovstash; mkdir -p "$STASH"
-cp -n .whl-ray/* "$STASH"/ 2>/dev/null
-if [ "$mode" = stash ]; then
-  stamp "stashed: $(ls "$STASH" | tr '\n' ' ')"
-  exit 0
-fi
-
-if ! python3 -c "import ray" 2>/dev/null; then
-  stamp "install Ray from the stashed pieces"
-  ls "$STASH"/ray-part1.zip "$STASH"/ray-part2.zip >/dev/null || { echo "missing Ray pieces: run 'stash' first"; exit 1; }
-  for z in "$STASH"/ray-part*.zip; do python3 -m zipfile -e "$z" "$W/site" || exit 1; done
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" "$STASH"/*.whl || exit 1
-  python3 -c "import ray; print('ray', ray.__version__)" || exit 1
-fi
+RAY=1 source tools/device/batch_setup.sh || exit 1
 
 N=${N:-64}; STEPS=${STEPS:-32}; M=$W/ray-manifest/lines.jsonl
 python3 tools/batch_bench.py --write-manifest "$M" --sizes "$N" --mix mixed --steps "$STEPS" || exit 1
-ray_cli() { python3 -m ray.scripts.scripts "$@"; }
 export RAY_USAGE_STATS_ENABLED=0
+unset RAY_ADDRESS
 
-one_run() {  # label, ray start resources..., -- , batch CLI extra args
-  local label=$1; shift
-  local start=() extra=()
-  while [ $# -gt 0 ] && [ "$1" != -- ]; do start+=("$1"); shift; done
-  shift
-  extra=("$@")
-  stamp "$label: ray head ${start[*]}"
-  ray_cli stop --force >/dev/null 2>&1
-  ray_cli start --head --include-dashboard=false --disable-usage-stats "${start[@]}" > "$OUT/ray-$label-start.log" 2>&1 ||
-    { tail -20 "$OUT/ray-$label-start.log"; return 1; }
-  timeout $(( $(left) - 20 )) python3 -m omnivoice.batch "$M" -o "$W/out-$label" --model "$MODEL" --batch-size 32 \
-    --save-tokens --ray auto "${extra[@]}" 2>&1 | tee "$OUT/batch-$label.log"
-  ray_cli stop --force >/dev/null 2>&1
+one_run() {  # label, share of the time left (%), batch CLI extra args: a local Ray cluster of its own per run
+  local label=$1 share=$2; shift 2
+  local t=$(( ($(left) - 30) * share / 100 ))
+  (( t < 30 )) && { stamp "skip $label: no time left"; return 1; }
+  stamp "$label: up to $t s"
+  # --ray without an address: the CLI starts a local cluster (ray.init) and shuts it down, and stops only
+  # what it started (no `ray stop`, which would end every Ray process of the machine)
+  timeout --signal=INT --kill-after=15 "$t" python3 -m omnivoice.batch "$M" -o "$W/out-$label" --model "$MODEL" \
+    --batch-size 32 --save-tokens --ray "$@" 2>&1 | tee "$OUT/batch-$label.log"
 }
 
 if [ "$BACKEND" = cuda ]; then
-  CUDA_VISIBLE_DEVICES=0 one_run one --num-gpus=1 --num-cpus=8 -- --backend cuda
-  one_run two --num-gpus=2 --num-cpus=16 -- --backend cuda
+  CUDA_VISIBLE_DEVICES=0 one_run one 55 --backend cuda       # Ray sees the one GPU CUDA_VISIBLE_DEVICES shows
+  CUDA_VISIBLE_DEVICES=0,1 one_run two 100 --backend cuda
 else
-  one_run one --num-cpus=2 -- --cpu-actors 1 --threads 1
-  one_run two --num-cpus=2 -- --cpu-actors 2 --threads 1
+  one_run one 55 --cpu-actors 1 --threads 1
+  one_run two 100 --cpu-actors 2 --threads 1
 fi
 
 stamp "compare"
