@@ -18,7 +18,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..audio.io import atomic_write_bytes, encode_audio, format_extension
+from ..audio.io import encode_audio, format_extension
+from ..files import atomic_write_bytes
 
 __all__ = ["OutputDir", "FAILURES"]
 

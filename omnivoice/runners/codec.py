@@ -36,7 +36,7 @@ from ..models import codec as model
 DEFAULT_WINDOW_FRAMES = 512
 DEFAULT_CONTEXT_FRAMES = 16
 MAX_CHAINS = 20  # decoder chains in one graph: about 680 nodes each (a view and a copy per conv tap), under 16384
-MAX_ENCODE_CHAINS = 8  # encoder chains in one graph: about 1300 nodes each with the full HuBERT
+MAX_ENCODE_CHAINS = 8  # encoder chains in one graph: 1487 nodes each with the full codec (channels-last DAC)
 DEFAULT_MAX_ENCODE_SAMPLES = 24000 * 40  # samples per encode graph: its im2col buffers grow with them
 
 
