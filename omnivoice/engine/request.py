@@ -142,6 +142,7 @@ class SynthesisRequest:
                              f"got dtype {a.dtype} shape {a.shape}")
         if isinstance(rate, bool) or not isinstance(rate, Integral) or rate <= 0:
             raise ValueError(f"ref_audio: sample rate must be a positive integer, got {rate!r}")
+        _check_reference_length("ref_audio", a.shape[-1], int(rate))
 
 
 def _check_audio_file(path) -> None:
@@ -158,6 +159,16 @@ def _check_audio_file(path) -> None:
         raise ValueError(f"ref_audio: {p}: not a readable audio file ({e})") from None
     if info.frames == 0:
         raise ValueError(f"ref_audio: {p}: holds no audio samples")
+    _check_reference_length(f"ref_audio: {p}", info.frames, info.samplerate)
+
+
+def _check_reference_length(what: str, frames: int, rate: int) -> None:
+    """A reference longer than synthesize takes (audio.MAX_REFERENCE_SECONDS) is refused before any work."""
+    from ..audio import MAX_REFERENCE_SECONDS
+
+    if frames > MAX_REFERENCE_SECONDS * rate:
+        raise ValueError(f"{what}: {frames / rate:.1f} s long; a reference clip may be at most "
+                         f"{MAX_REFERENCE_SECONDS:g} s")
 
 
 class InvalidRequests(ValueError):

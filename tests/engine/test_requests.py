@@ -31,6 +31,7 @@ def test_from_dict_names_unknown_fields():
     ({"text": "Hi.", "ref_audio": "/no/such/clip.wav", "ref_text": "x"}, "ref_audio: /no/such/clip.wav: no such file"),
     ({"text": "Hi.", "ref_audio": (np.zeros(10, np.float32), 24000)}, "ref_text: the transcript"),
     ({"text": "Hi.", "ref_audio": (np.zeros(0, np.float32), 24000), "ref_text": "x"}, "samples must be a non-empty"),
+    ({"text": "Hi.", "ref_audio": (np.zeros(61 * 8000, np.float32), 8000), "ref_text": "x"}, "61.0 s long"),
     ({"text": "Hi.", "duration": 0}, "duration must be a number of seconds > 0"),
     ({"text": "Hi.", "duration": float("inf")}, "duration must be"),
     ({"text": "Hi.", "speed": -1}, "speed must be a finite number > 0"),
@@ -52,6 +53,10 @@ def test_unreadable_reference_file_is_refused(tmp_path):
     bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk" * 3)
     with pytest.raises(ValueError, match="not a readable audio file"):
         SynthesisRequest("Hi.", ref_audio=str(bad), ref_text="x").validate()
+    long = tmp_path / "long.wav"
+    sf.write(long, np.zeros(61 * 8000, np.float32), 8000)
+    with pytest.raises(ValueError, match="long.wav: 61.0 s long; a reference clip may be at most 60 s"):
+        SynthesisRequest("Hi.", ref_audio=str(long), ref_text="x").validate()
     good = tmp_path / "ok.wav"
     sf.write(good, np.zeros(2400, np.float32), 24000)
     SynthesisRequest("Hi.", ref_audio=str(good), ref_text="x").validate()
