@@ -11,8 +11,9 @@ __version__ = "0.1.0"
 
 _API = ("OmniVoice", "Speaker", "SynthesisResult", "VoicePrompt", "Cancelled", "OptionError", "check_options")
 _RESOLVE = ("ModelNotAvailable", "DownloadError")
+_ENGINE = ("SynthesisRequest", "InvalidRequests")
 
-__all__ = [*_API, *_RESOLVE, "__version__"]
+__all__ = [*_API, *_RESOLVE, *_ENGINE, "__version__"]
 
 
 def __getattr__(name: str):
@@ -24,6 +25,10 @@ def __getattr__(name: str):
         from . import resolve
 
         return getattr(resolve, name)
+    if name in _ENGINE:
+        from . import engine
+
+        return getattr(engine, name)
     raise AttributeError(f"module 'omnivoice' has no attribute {name!r}")
 
 

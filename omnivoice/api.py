@@ -174,6 +174,42 @@ class OmniVoice:
     # ------------------------------------------------------------------------------------------ voices
     def create_voice(self, ref_audio: AudioInput, ref_text: str, preprocess_prompt: bool = True) -> VoicePrompt:
         """Encode a reference clip (path or (samples, rate)) and its transcript into a reusable voice prompt."""
+        voice = self.create_voices([(ref_audio, ref_text, preprocess_prompt)])[0]
+        if isinstance(voice, BaseException):
+            raise voice
+        return voice
+
+    def create_voices(self, items: Sequence[tuple]) -> list[Union[VoicePrompt, Exception]]:
+        """Voice prompts for several (ref_audio, ref_text, preprocess_prompt) items, their clips encoded together
+        (AudioCodec.encode_batch: the codes create_voice gives for each). A bad item gets its exception in its
+        place; the others are encoded."""
+        clips: list = []
+        for ref_audio, ref_text, preprocess_prompt in items:
+            try:
+                clips.append(self._reference_clip(ref_audio, ref_text, preprocess_prompt))
+            except (ValueError, TypeError, OSError) as e:
+                clips.append(e)
+        good = [c for c in clips if not isinstance(c, Exception)]
+        with self._lock:
+            codec = self._ready().codec
+            try:
+                codes = codec.encode_batch([clip for clip, _, _ in good])
+            except (ValueError, TypeError):  # one clip the encoder refuses: each alone, so that only it fails
+                codes = []
+                for clip, _, _ in good:
+                    try:
+                        codes.append(codec.encode(clip))
+                    except (ValueError, TypeError) as e:
+                        codes.append(e)
+        it = iter(codes)
+        out: list[Union[VoicePrompt, Exception]] = []
+        for c in clips:
+            code = c if isinstance(c, Exception) else next(it)
+            out.append(code if isinstance(code, Exception) else VoicePrompt(code, c[1], c[2]))
+        return out
+
+    def _reference_clip(self, ref_audio: AudioInput, ref_text: str, preprocess_prompt: bool):
+        """(clip ready for the encoder, the transcript as the prompt uses it, loudness) of one reference."""
         from .audio.io import load_audio
         from .audio.postprocess import MAX_REFERENCE_SECONDS, preprocess_reference
         from .text.chunking import add_punctuation
@@ -189,16 +225,13 @@ class OmniVoice:
                 raise TypeError("ref_audio must be a path or a (samples, sample_rate) tuple") from None
             samples = np.asarray(samples, dtype=np.float32)
         source = os.fspath(ref_audio) if isinstance(ref_audio, (str, os.PathLike)) else "ref_audio"
-        with self._lock:
-            codec = self._ready().codec
-            try:
-                clip, rms = preprocess_reference(samples, int(rate), preprocess=preprocess_prompt,
-                                                 target_rate=self.sample_rate, hop_length=codec.hop_length)
-            except ValueError as e:
-                raise ValueError(f"{source}: {e}") from None
-            codes = codec.encode(clip)
+        try:
+            clip, rms = preprocess_reference(samples, int(rate), preprocess=preprocess_prompt,
+                                             target_rate=self.sample_rate, hop_length=self._ready().codec.hop_length)
+        except ValueError as e:
+            raise ValueError(f"{source}: {e}") from None
         text = add_punctuation(ref_text) if preprocess_prompt else ref_text
-        return VoicePrompt(codes, text, rms)
+        return clip, text, rms
 
     def _voice(self, voice: Optional[VoicePrompt], ref_audio: Optional[AudioInput], ref_text: Optional[str],
                preprocess_prompt: bool) -> Optional[VoicePrompt]:
@@ -346,6 +379,28 @@ class OmniVoice:
         if free is not None and n_bytes > free:
             raise MemoryError(f"the timeline up to {max(c.end for c in cues) / 3600:.1f} h needs "
                               f"{describe(n_bytes)}; {describe(free)} is available")
+
+    def synthesize_batch(self, requests: Sequence, batch_size: Union[int, str] = "auto",
+                         progress: Optional[ProgressCallback] = None) -> list[SynthesisResult]:
+        """Synthesize many requests at once: one SynthesisResult per request, in order, each with the tokens
+        its own synthesize() call would give.
+
+        A request is a dict or an omnivoice.SynthesisRequest with synthesize's fields (text, language,
+        instruct, ref_audio, ref_text, voice, duration, speed, num_step, ...). Every request is checked before
+        any work starts; InvalidRequests lists each invalid one. Requests run side by side in one LM graph
+        per MaskGIT step, `batch_size` at a time ("auto": by device and free memory); the calls of other
+        threads run between steps. `progress(done, total)` counts finished requests.
+        """
+        from .engine import synthesize_batch
+
+        return synthesize_batch(self, requests, batch_size, progress)
+
+    def engine(self, max_batch: Union[int, str] = "auto", max_wait_ms: float = 20.0, max_queue: int = 256):
+        """A background engine for servers (continuous batching): engine.submit(request, stream=False) -> Job.
+        Close it (or use it as a context manager) before closing this object. See omnivoice.engine.service."""
+        from .engine import Engine
+
+        return Engine(self, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue)
 
     # ------------------------------------------------------------------------------------------ lifetime
     def close(self) -> None:

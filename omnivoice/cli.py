@@ -17,13 +17,14 @@ it unwinds (a second Ctrl-C prints no traceback); the unwinding only closes file
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Callable, Optional, TextIO
+from typing import Callable, Iterator, Optional, TextIO
 
 from .resolve import DownloadError
 
@@ -49,6 +50,26 @@ def _on_signal(signum: int, frame) -> None:
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs; one that arrives meanwhile is raised again when it
+    ends, through the handler that was set. For a few milliseconds of writing an output whole: unwinding
+    from a signal landing between a temporary file's creation and the `try` that removes it would leave the
+    file behind (a batch test caught one). Outside the main thread the block just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def run(body: Callable[[], int]) -> int:
@@ -92,6 +113,16 @@ def run(body: Callable[[], int]) -> int:
         if handlers and not signalled:  # after a signal the process is exiting: keep ignoring the next one
             for s, h in handlers.items():
                 signal.signal(s, h)
+
+
+def add_sampler_options(group) -> None:
+    """The MaskGIT sampler's options as every synthesizing command line names them (defaults: api.OPTIONS)."""
+    from .api import OPTIONS
+
+    for name, key in (("--guidance-scale", "guidance_scale"), ("--t-shift", "t_shift"),
+                      ("--layer-penalty", "layer_penalty_factor"), ("--position-temperature", "position_temperature"),
+                      ("--class-temperature", "class_temperature")):
+        group.add_argument(name, type=float, default=OPTIONS[key], help=f"(default {OPTIONS[key]:g})")
 
 
 class Progress:

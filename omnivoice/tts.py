@@ -112,11 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--speed", type=float, default=1.0, help="speaking rate factor (default 1.0)")
     g.add_argument("--seed", type=int, default=-1, help="sampling seed (default -1: random)")
     g.add_argument("--steps", type=int, default=32, help="MaskGIT steps (default 32; fewer is faster)")
-    g.add_argument("--guidance-scale", type=float, default=2.0)
-    g.add_argument("--t-shift", type=float, default=0.1)
-    g.add_argument("--layer-penalty", type=float, default=5.0)
-    g.add_argument("--position-temperature", type=float, default=5.0)
-    g.add_argument("--class-temperature", type=float, default=0.0)
+    cli.add_sampler_options(g)
     g.add_argument("--chunk-duration", type=float, default=15.0,
                    help="long-form chunk length in seconds (default 15; <= 0 disables chunking)")
     g.add_argument("--chunk-threshold", type=float, default=30.0,

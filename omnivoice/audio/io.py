@@ -48,6 +48,7 @@ __all__ = [
     "OUTPUT_FORMATS",
     "check_rate",
     "output_format",
+    "format_extension",
     "write_audio",
     "encode_audio",
     "format_unavailable",
@@ -248,6 +249,13 @@ def output_format(path: Union[str, "os.PathLike[str]"], fmt: str | None = None) 
         named = "WAV" if implied == "wav16" else implied
         raise ValueError(f"{name}: the name says {named}, but the format asked for is {fmt}")
     return fmt
+
+
+def format_extension(fmt: str) -> str:
+    """The file name extension (no dot) of an output format: wav for wav16/24/32, else the format's name."""
+    if fmt not in OUTPUT_FORMATS:
+        raise ValueError(f"unknown output format {fmt!r}; expected one of {', '.join(OUTPUT_FORMATS)}")
+    return "wav" if fmt in WAV_FORMATS else fmt
 
 
 def write_audio(path: Union[str, "os.PathLike[str]"], audio: np.ndarray, sample_rate: int,

@@ -8,6 +8,7 @@ from .cuda_math import logf
 from .maskgit import (
     GenerationConfig,
     GuidedLM,
+    MaskGitState,
     StepCallback,
     StepChoice,
     filter_top_k,
@@ -18,13 +19,14 @@ from .maskgit import (
     teacher_force,
     top_k_positions,
 )
-from .philox import CudaPhiloxGenerator, curand_uniform, philox4x32
+from .philox import CudaPhiloxGenerator, curand_uniform, philox4x32, rand_like_many
 from .schedule import linspace_f32, time_steps, unmask_schedule
 
 __all__ = [
     "CudaPhiloxGenerator",
     "GenerationConfig",
     "GuidedLM",
+    "MaskGitState",
     "StepCallback",
     "StepChoice",
     "curand_uniform",
@@ -35,6 +37,7 @@ __all__ = [
     "linspace_f32",
     "logf",
     "philox4x32",
+    "rand_like_many",
     "sample_classes",
     "teacher_force",
     "time_steps",

@@ -39,6 +39,7 @@ from .schedule import unmask_schedule
 __all__ = [
     "GenerationConfig",
     "GuidedLM",
+    "MaskGitState",
     "StepCallback",
     "StepChoice",
     "filter_top_k",
@@ -219,10 +220,37 @@ def _choose(
     step: int,
 ) -> StepChoice:
     """One MaskGIT step on ``tokens`` (int32 [C, T]): which k positions to unmask, with which tokens."""
-    num_codebooks, num_target_tokens = tokens.shape
     lm_tokens = tokens.copy()  # the runner must not be able to alter the loop's state
     if config.class_temperature > 0:
-        log_probs = np.array(lm.guided_log_probs(lm_tokens), dtype=np.float32)
+        return _pick(tokens, k, config, rng, penalty, mask_id, step, log_probs=lm.guided_log_probs(lm_tokens))
+    pred, conf = lm.guided_argmax(lm_tokens)
+    return _pick(tokens, k, config, rng, penalty, mask_id, step, pred=pred, score=conf)
+
+
+def _pick(
+    tokens: np.ndarray,
+    k: int,
+    config: GenerationConfig,
+    rng: Optional[CudaPhiloxGenerator],
+    penalty: np.ndarray,
+    mask_id: int,
+    step: int,
+    *,
+    pred: Optional[np.ndarray] = None,
+    score: Optional[np.ndarray] = None,
+    log_probs: Optional[np.ndarray] = None,
+    position_noise: Optional[np.ndarray] = None,
+) -> StepChoice:
+    """The choice of one step from the LM's output for ``tokens``: ``log_probs`` [C, T, V] when
+    class_temperature > 0, else its argmax ``pred`` and max ``score`` [C, T].
+
+    ``position_noise`` (float32 [C, T]) is the Gumbel noise of the position scores when the caller
+    drew it already (generate.batch draws it for many chunks at once); only its masked positions
+    are read. Otherwise it is drawn here from ``rng``, after any class noise, as the reference does.
+    """
+    num_codebooks, num_target_tokens = tokens.shape
+    if config.class_temperature > 0:
+        log_probs = np.array(log_probs, dtype=np.float32)
         if log_probs.ndim != 3 or log_probs.shape[:2] != (num_codebooks, num_target_tokens):
             raise ValueError(
                 f"guided_log_probs at step {step}: expected shape ({num_codebooks}, {num_target_tokens}, V), "
@@ -234,18 +262,22 @@ def _choose(
         pred = sample_classes(log_probs, config.class_temperature, rng)
         conf = log_probs.max(axis=-1)
     else:
-        pred, conf = lm.guided_argmax(lm_tokens)
         pred = _check_tokens(pred, num_codebooks, num_target_tokens, f"guided_argmax pred at step {step}")
-        conf = _check_tokens(conf, num_codebooks, num_target_tokens, f"guided_argmax score at step {step}")
+        conf = _check_tokens(score, num_codebooks, num_target_tokens, f"guided_argmax score at step {step}")
         pred = pred.astype(np.int32)
         conf = conf.astype(np.float32)
 
+    masked = tokens == mask_id
     scores = conf - penalty
     if config.position_temperature > 0:
-        scores = gumbel_sample(scores, config.position_temperature, rng)
+        if position_noise is None:
+            scores = gumbel_sample(scores, config.position_temperature, rng)
+        else:  # gumbel_sample's sum, where it is read (the rest becomes -inf below)
+            inv = np.float32(1.0 / float(config.position_temperature))
+            scores = scores * inv + np.where(masked, position_noise, np.float32(0))
     if np.isnan(scores).any():
         raise ValueError(f"MaskGIT step {step}: the LM produced NaN scores")
-    scores = np.where(tokens != mask_id, np.float32(-np.inf), scores)
+    scores = np.where(masked, scores, np.float32(-np.inf))
     positions = top_k_positions(scores, k)
     chosen = pred.reshape(-1)[positions]
     if (chosen == mask_id).any():
@@ -263,6 +295,66 @@ def _prepare(config: GenerationConfig, rng: Optional[CudaPhiloxGenerator], num_c
         raise ValueError(f"MaskGIT: num_codebooks must be >= 1, got {num_codebooks}")
     # The reference subtracts layer_ids * factor, an int tensor times a Python float: float32.
     return (np.arange(num_codebooks, dtype=np.float32) * np.float32(config.layer_penalty_factor))[:, None]
+
+
+class MaskGitState:
+    """One chunk's MaskGIT decoding as a state that whoever runs the LM advances step by step.
+
+    :func:`generate` drives one state with one LM; ``omnivoice.generate.batch`` drives many at once, each
+    scored in a shared LM pass, with the same arithmetic, so a chunk's tokens do not depend on its
+    batch mates. Steps that unmask nothing are skipped (no LM call, no random draw), as in the reference.
+    """
+
+    def __init__(self, num_target_tokens: int, config: GenerationConfig = GenerationConfig(),
+                 rng: Optional[CudaPhiloxGenerator] = None, num_codebooks: int = 8, mask_id: int = 1024) -> None:
+        num_target_tokens = int(num_target_tokens)
+        if num_target_tokens < 1:
+            raise ValueError(f"generate: num_target_tokens must be >= 1, got {num_target_tokens}")
+        self.config, self.rng, self.mask_id = config, rng, mask_id
+        self.penalty = _prepare(config, rng, num_codebooks)
+        self.tokens = np.full((num_codebooks, num_target_tokens), mask_id, dtype=np.int32)
+        self.schedule = unmask_schedule(num_codebooks * num_target_tokens, config.num_step, config.t_shift)
+        self.step = -1
+        self._next()
+
+    def _next(self) -> None:
+        self.step += 1
+        while self.step < len(self.schedule) and self.schedule[self.step] <= 0:
+            self.step += 1
+
+    @property
+    def done(self) -> bool:
+        """True once every step has run."""
+        return self.step >= len(self.schedule)
+
+    @property
+    def k(self) -> int:
+        """How many positions the next step unmasks."""
+        return self.schedule[self.step]
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the next step needs only the argmax and max of the guided log-probs (no class sampling)."""
+        return self.config.class_temperature == 0
+
+    def choose(self, **lm_output) -> StepChoice:
+        """The next step's choice from the LM's output for :attr:`tokens` (``pred`` and ``score``, or
+        ``log_probs``; optionally ``position_noise``, see ``_pick``); draws from the generator."""
+        return _pick(self.tokens, self.k, self.config, self.rng, self.penalty, self.mask_id, self.step,
+                     **lm_output)
+
+    def apply(self, choice: StepChoice) -> None:
+        """Put the chosen tokens in place and move to the next step that unmasks something."""
+        self.tokens.reshape(-1)[choice.positions] = choice.tokens
+        self._next()
+
+    def advance(self, lm: GuidedLM, on_step: Optional[StepCallback] = None) -> StepChoice:
+        """Score the tokens with ``lm``, choose, call ``on_step`` (before the tokens change) and apply."""
+        choice = _choose(lm, self.tokens, self.k, self.config, self.rng, self.penalty, self.mask_id, self.step)
+        if on_step is not None:
+            on_step(self.step, self.tokens.copy(), choice.positions.copy())
+        self.apply(choice)
+        return choice
 
 
 def generate(
@@ -288,20 +380,10 @@ def generate(
         on_step: optional callback, see :data:`StepCallback`. Steps that unmask nothing (small T)
             run no LM call and no callback.
     """
-    num_target_tokens = int(num_target_tokens)
-    if num_target_tokens < 1:
-        raise ValueError(f"generate: num_target_tokens must be >= 1, got {num_target_tokens}")
-    penalty = _prepare(config, rng, num_codebooks)
-    tokens = np.full((num_codebooks, num_target_tokens), mask_id, dtype=np.int32)
-    schedule = unmask_schedule(num_codebooks * num_target_tokens, config.num_step, config.t_shift)
-    for step, k in enumerate(schedule):
-        if k <= 0:
-            continue  # the reference skips the item: no scoring, no random draw
-        choice = _choose(lm, tokens, k, config, rng, penalty, mask_id, step)
-        if on_step is not None:
-            on_step(step, tokens.copy(), choice.positions.copy())
-        tokens.reshape(-1)[choice.positions] = choice.tokens
-    return tokens
+    state = MaskGitState(num_target_tokens, config, rng, num_codebooks, mask_id)
+    while not state.done:
+        state.advance(lm, on_step)
+    return state.tokens
 
 
 def teacher_force(

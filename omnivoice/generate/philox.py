@@ -27,6 +27,8 @@ CUDA 13.0) every value and every offset matched, and tests/golden/generate_cuda.
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 import numpy as np
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "philox4x32",
     "curand_uniform",
     "CudaPhiloxGenerator",
+    "rand_like_many",
 ]
 
 PHILOX_M0 = 0xD2511F53
@@ -244,3 +247,60 @@ class CudaPhiloxGenerator:
             f"CudaPhiloxGenerator(seed={self._seed}, offset={self._offset}, "
             f"num_sms={self.num_sms}, max_threads_per_sm={self.max_threads_per_sm})"
         )
+
+
+def rand_like_many(generators: Sequence[CudaPhiloxGenerator], shapes: Sequence[tuple[int, ...]],
+                   where: Optional[Sequence[np.ndarray]] = None) -> list[np.ndarray]:
+    """``[g.rand_like(s) for g, s in zip(generators, shapes)]`` with one Philox evaluation for all of them.
+
+    Each generator advances exactly as its own ``rand_like`` would, and the draws are bit for bit the same:
+    this only gathers the counters and keys of many small draws (a MaskGIT step's position noise, one
+    [C, T] per request of a batch) into one vectorised call instead of one call per request. With ``where``
+    (one boolean array of each shape), only those elements are computed and returned, as 1-D arrays in C
+    order: each element of a draw of at most 4 x 256 x grid values is one Philox word of its own counter, so
+    the others need not be computed. A larger draw falls back to its own full call.
+    """
+    if len(generators) != len(shapes) or (where is not None and len(where) != len(shapes)):
+        raise ValueError(f"rand_like_many: {len(generators)} generators, {len(shapes)} shapes"
+                         + (f", {len(where)} masks" if where is not None else ""))
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    counters, keys, plans = [], [], []
+    for j, (g, shape) in enumerate(zip(generators, shapes)):
+        numel = int(np.prod(shape, dtype=np.int64))
+        wanted = None if where is None else np.flatnonzero(np.asarray(where[j]).reshape(-1))
+        if where is not None and np.shape(where[j]) != shape:
+            raise ValueError(f"rand_like_many: mask {j} has shape {np.shape(where[j])}, the draw {shape}")
+        if numel == 0:
+            plans.append(np.empty(shape if wanted is None else 0, dtype=np.float32))
+            continue
+        threads, increment = g.launch(numel)
+        if numel > threads * _UNROLL:  # several curand_uniform4 calls per thread: rare, not gathered
+            u = g.rand(numel)
+            plans.append(u.reshape(shape) if wanted is None else u[wanted])
+            continue
+        # One call per thread: element e is word e // threads of thread e % threads.
+        e = np.arange(numel, dtype=np.int64) if wanted is None else wanted
+        thread = (e % threads).astype(np.uint64)
+        c = np.empty((e.size, 4), dtype=np.uint32)
+        base = g.offset // 4
+        c[:, 0] = np.uint32(base & 0xFFFFFFFF)
+        c[:, 1] = np.uint32(base >> 32)
+        c[:, 2] = (thread & _MASK32).astype(np.uint32)
+        c[:, 3] = (thread >> _SHIFT32).astype(np.uint32)
+        counters.append(c)
+        keys.append(np.broadcast_to(np.array([g.seed & 0xFFFFFFFF, g.seed >> 32], dtype=np.uint32), (e.size, 2)))
+        plans.append((shape if wanted is None else (e.size,), e // threads))
+        g.offset = g.offset + increment
+    words = philox4x32(np.concatenate(counters), np.concatenate(keys)) if counters else None
+    out, at = [], 0
+    for plan in plans:
+        if isinstance(plan, np.ndarray):
+            out.append(plan)
+            continue
+        shape, word = plan
+        w = words[at:at + word.size]
+        at += word.size
+        u = curand_uniform(w[np.arange(word.size), word])
+        u[u == np.float32(1.0)] = np.float32(0.0)
+        out.append(u.reshape(shape))
+    return out

@@ -222,6 +222,12 @@ class Graph:
                 raise MemoryError(f"{self.what} needs {memory.describe(size)} of {name} memory for its "
                                   f"activations; {memory.describe(free)} is available")
 
+    def buffer_size(self) -> int:
+        """Bytes of compute buffer the scheduler allocated for this graph, over all of its backends."""
+        if self._sched is None:
+            return 0
+        return sum(int(lib.ggml_backend_sched_get_buffer_size(self._sched, b)) for b in self.runtime.backends)
+
     @property
     def n_nodes(self) -> int:
         return lib.ggml_graph_n_nodes(self._gf) if self._gf is not None else 0

@@ -179,10 +179,58 @@ def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | N
     return concat(ctx, parts, 1)
 
 
+@dataclass(frozen=True)
+class PaddedBucket:
+    """Segments of similar length attended as one padded batch: `count` segments padded to `length` rows."""
+
+    index: object   # int32 [length * count]: packed position of row p of segment s at s * length + p
+    mask: object    # F16 [length, length, 1, count]: 0 where a key may be attended, -inf at a segment's padding
+    length: int
+    count: int
+
+
+@dataclass(frozen=True)
+class PaddedSegments:
+    """The packed segments as padded buckets (padded_attention), and where each packed position's output is."""
+
+    buckets: tuple
+    gather: object  # int32 [L]: row of each packed position in the buckets' outputs, joined in order
+
+
+def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_kv: int | None):
+    """segmented_attention's result with one flash-attention call per bucket of similar-length segments instead
+    of one per segment: q [D, H, L], k/v [D, Hkv, L] -> [D*H, L].
+
+    The rows of each bucket's segments are gathered into [D, P, H, S] (padding rows repeat a real position),
+    attended with a mask that hides every segment's padding keys, and gathered back. On a GPU a batch of 64
+    requests then runs a few attention kernels per layer rather than 128 small ones in a row; the arithmetic
+    of a real row is the same up to summation order (the CPU keeps segmented_attention: bit-exact per
+    request)."""
+    D, H, Hkv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
+    # one row per position, [D*heads, L] (a view: get_rows reads rows at any stride)
+    q2, k2, v2 = (lib.ggml_view_2d(ctx, x, x.ne[0] * x.ne[1], x.ne[2], x.nb[2], 0) for x in (q, k, v))
+    scale = 1.0 / math.sqrt(cfg.head_dim)
+    outs = []
+    for b in padded.buckets:
+        P, S = b.length, b.count
+
+        def rows(x, heads):
+            r = lib.ggml_get_rows(ctx, x, b.index)                                              # [D*heads, P*S]
+            if flash_kv is not None and heads != H and flash_kv != r.type:
+                r = lib.ggml_cast(ctx, r, flash_kv)  # while contiguous (see nn.attention)
+            return lib.ggml_permute(ctx, lib.ggml_reshape_4d(ctx, r, D, heads, P, S), 0, 2, 1, 3)  # [D, P, heads, S]
+
+        out = lib.ggml_flash_attn_ext(ctx, rows(q2, H), rows(k2, Hkv), rows(v2, Hkv), b.mask, scale, 0.0, 0.0)
+        lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)                               # [D, H, P, S]
+        outs.append(lib.ggml_reshape_2d(ctx, out, D * H, P * S))
+    return lib.ggml_get_rows(ctx, concat(ctx, outs, 1), padded.gather)                         # [D*H, L]
+
+
 def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None,
                   variant: Variant = DEFAULT, inputs: VariantInputs = VariantInputs()):
     """Qwen3 decoder layer `il`: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
-    prompt; `flash_kv`: K/V type of flash attention, or None for the plain path; `variant`: see Variant."""
+    prompt, or PaddedSegments (flash attention only); `flash_kv`: K/V type of flash attention, or None for the
+    plain path; `variant`: see Variant."""
     product = variant.product
     residual = x
     cur = named(nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps), "attn_norm", il)
@@ -202,7 +250,8 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
         cur = nn.attention(ctx, q, k, v, inputs.attn_mask, 1.0 / math.sqrt(cfg.head_dim),
                            flash=flash_kv is not None, kv_type=flash_kv)
     else:
-        cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv)
+        attend = padded_attention if isinstance(segments, PaddedSegments) else segmented_attention
+        cur = attend(ctx, cfg, q, k, v, segments, flash_kv)
     named(cur, "kqv_out", il)                                                                # [D * H, L]
     cur = named(product(ctx, layer.o, cur), "attn_out", il)                                  # [n_embd, L]
     x = named(lib.ggml_add(ctx, residual, cur), "ffn_inp", il)
@@ -303,6 +352,14 @@ def guided_log_probs(ctx, cond, uncond, guidance_scale: float):
     if guidance_scale == 0:
         return log_softmax(ctx, cond)
     z = lib.ggml_sub(ctx, lib.ggml_scale(ctx, cond, 1.0 + guidance_scale), lib.ggml_scale(ctx, uncond, guidance_scale))
+    return log_softmax(ctx, z)
+
+
+def guided_log_probs_per_column(ctx, cond, uncond, keep, mix):
+    """guided_log_probs with a guidance scale g per column (prompts of a batch with different settings):
+    log_softmax(keep * cond - mix * uncond), keep = 1 + g and mix = g as [1, N]. A column with g = 0 gets
+    log_softmax(cond) bit for bit (cond * 1 - uncond * 0 is cond), as guided_log_probs gives it."""
+    z = lib.ggml_sub(ctx, lib.ggml_mul(ctx, cond, keep), lib.ggml_mul(ctx, uncond, mix))
     return log_softmax(ctx, z)
 
 

@@ -36,6 +36,8 @@ from ..models import codec as model
 DEFAULT_WINDOW_FRAMES = 512
 DEFAULT_CONTEXT_FRAMES = 16
 MAX_CHAINS = 20  # decoder chains in one graph: about 680 nodes each (a view and a copy per conv tap), under 16384
+MAX_ENCODE_CHAINS = 8  # encoder chains in one graph: 1487 nodes each with the full codec (channels-last DAC)
+DEFAULT_MAX_ENCODE_SAMPLES = 24000 * 40  # samples per encode graph: its im2col buffers grow with them
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,8 @@ class AudioCodec:
     def __init__(self, runtime: Runtime, weights: model.CodecWeights, config: model.CodecConfig, *,
                  encode_runtime: Runtime | None = None, encode_weights: model.CodecWeights | None = None,
                  window_frames: int = DEFAULT_WINDOW_FRAMES, context_frames: int = DEFAULT_CONTEXT_FRAMES,
-                 max_graphs: int = 2, metadata: dict | None = None, owns: tuple = ()) -> None:
+                 max_graphs: int = 2, max_encode_samples: int = DEFAULT_MAX_ENCODE_SAMPLES, metadata: dict | None = None,
+                 owns: tuple = ()) -> None:
         """Wrap loaded weights (use `load_codec`); `owns` (stores, runtimes) are closed with it.
 
         The encoder runs on `encode_runtime` with `encode_weights` when given, else on `runtime` with `weights`.
@@ -70,6 +73,7 @@ class AudioCodec:
         self.window_frames = int(window_frames)
         self.context_frames = int(context_frames)
         self.max_graphs = max(1, int(max_graphs))
+        self.max_encode_samples = int(max_encode_samples)
         self._graphs: OrderedDict[tuple, Graph] = OrderedDict()
         self._owns = tuple(owns)
 
@@ -200,42 +204,82 @@ class AudioCodec:
         semantic_features [T, 768] (HuBERT mean hidden state, every 2nd frame), e_semantic and e_acoustic
         [C, T], latent [1024, T] (after fc).
         """
-        from ..audio import resample
+        if not return_intermediates:
+            return self.encode_batch([audio])[0]
+        names = ("semantic_features", "e_semantic", "e_acoustic", "latent")
+        a, a16, pad = self._encode_input(audio)
 
+        def build(g: Graph) -> None:
+            self._encode_chain(g, "", a.shape, a16.shape, pad, names)
+
+        g = self._graph(("encode", a.shape[0], True), build, self.encode_runtime,
+                        f"the codec encoder's graph for {a.shape[0] / self.config.sample_rate:.1f} s of audio")
+        out = g.compute(audio=a, audio16=a16)
+        codes = np.stack([out[f"codes_{k}"].reshape(-1) for k in range(self.n_codebooks)]).astype(np.int32)
+        return codes, {"semantic_features": out["semantic_features"], "e_semantic": out["e_semantic"],
+                       "e_acoustic": out["e_acoustic"], "latent": np.ascontiguousarray(out["latent"].T)}
+
+    def encode_batch(self, clips: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Encode several mono clips [N_i] at sample_rate -> int32 codes [n_codebooks, T_i] each, the codes
+        `encode` gives for each alone: clips share graphs, one chain each (at most MAX_ENCODE_CHAINS and
+        max_encode_samples samples per graph), so one graph is built for several reference lengths."""
         if not self.can_encode:
             raise RuntimeError("this codec was loaded without its encoder (parts=('decode',))")
+        inputs = [self._encode_input(c, f"clips[{i}]" if len(clips) > 1 else "audio") for i, c in enumerate(clips)]
+        runs: list[list[int]] = []
+        for i, (a, _, _) in enumerate(inputs):
+            if (runs and len(runs[-1]) < MAX_ENCODE_CHAINS
+                    and sum(inputs[j][0].shape[0] for j in runs[-1]) + a.shape[0] <= self.max_encode_samples):
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        codes: list[np.ndarray] = [None] * len(inputs)  # type: ignore[list-item]
+        for run in runs:
+            shapes = tuple((inputs[i][0].shape, inputs[i][1].shape, inputs[i][2]) for i in run)
+
+            def build(g: Graph, shapes=shapes) -> None:
+                for j, (shape, shape16, pad) in enumerate(shapes):
+                    self._encode_chain(g, str(j), shape, shape16, pad)
+
+            seconds = sum(inputs[i][0].shape[0] for i in run) / self.config.sample_rate
+            g = self._graph(("encode",) + shapes, build, self.encode_runtime,
+                            f"the codec encoder's graph for {len(run)} clips, {seconds:.1f} s of audio")
+            feed = {}
+            for j, i in enumerate(run):
+                feed[f"audio{j}"], feed[f"audio16{j}"] = inputs[i][0], inputs[i][1]
+            out = g.compute(**feed)
+            for j, i in enumerate(run):
+                codes[i] = np.stack([out[f"codes{j}_{k}"].reshape(-1)
+                                     for k in range(self.n_codebooks)]).astype(np.int32)
+        return codes
+
+    def _encode_input(self, audio: np.ndarray, what: str = "audio") -> tuple[np.ndarray, np.ndarray, bool]:
+        """Checked float32 samples, their 16 kHz resampling, and whether the acoustic input is padded."""
+        from ..audio import resample
+
         a = np.asarray(audio)
         if a.dtype.kind != "f":
-            raise TypeError(f"audio: expected floating point samples, got dtype {a.dtype}")
+            raise TypeError(f"{what}: expected floating point samples, got dtype {a.dtype}")
         if a.ndim == 2 and a.shape[0] == 1:
             a = a[0]
         if a.ndim != 1:
-            raise ValueError(f"audio: expected mono samples [N], got shape {list(a.shape)}")
+            raise ValueError(f"{what}: expected mono samples [N], got shape {list(a.shape)}")
         if a.size == 0 or not np.all(np.isfinite(a)):
-            raise ValueError("audio: empty, or contains NaN or infinite samples")
+            raise ValueError(f"{what}: empty, or contains NaN or infinite samples")
         cfg = self.config
         a = np.ascontiguousarray(a, dtype=np.float32)
         a16 = np.ascontiguousarray(resample(a, cfg.sample_rate, cfg.semantic_sample_rate), dtype=np.float32)
-        w = self.encode_weights
-        _, pad = model.encode_plan(w, cfg, a.shape[0], a16.shape[0])
-        names = ("semantic_features", "e_semantic", "e_acoustic", "latent") if return_intermediates else ()
+        _, pad = model.encode_plan(self.encode_weights, cfg, a.shape[0], a16.shape[0])
+        return a, a16, pad
 
-        def build(g: Graph) -> None:
-            out = model.build_encode(g.ctx, w, cfg, g.input("audio", np.float32, a.shape),
-                                     g.input("audio16", np.float32, a16.shape), pad)
-            for k, code in enumerate(out["codes"]):
-                g.output(f"codes{k}", code)
-            for n in names:
-                g.output(n, out[n])
-
-        g = self._graph(("encode", a.shape[0], bool(return_intermediates)), build, self.encode_runtime,
-                        f"the codec encoder's graph for {a.shape[0] / cfg.sample_rate:.1f} s of audio")
-        out = g.compute(audio=a, audio16=a16)
-        codes = np.stack([out[f"codes{k}"].reshape(-1) for k in range(self.n_codebooks)]).astype(np.int32)
-        if not return_intermediates:
-            return codes
-        return codes, {"semantic_features": out["semantic_features"], "e_semantic": out["e_semantic"],
-                       "e_acoustic": out["e_acoustic"], "latent": np.ascontiguousarray(out["latent"].T)}
+    def _encode_chain(self, g: Graph, tag: str, shape, shape16, pad: bool, names: Sequence[str] = ()) -> None:
+        """One clip's encoder in graph g: inputs audio{tag}, audio16{tag}; outputs codes{tag}_{k} and `names`."""
+        out = model.build_encode(g.ctx, self.encode_weights, self.config, g.input(f"audio{tag}", np.float32, shape),
+                                 g.input(f"audio16{tag}", np.float32, shape16), pad)
+        for k, code in enumerate(out["codes"]):
+            g.output(f"codes{tag}_{k}", code)
+        for n in names:
+            g.output(n, out[n])
 
     # ---------------------------------------------------------------------------------------- lifetime
     def close(self) -> None:

@@ -10,12 +10,15 @@ input stay. The guidance combination, log-softmax, argmax and max run in the gra
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from ..ggml import Graph, Runtime, WeightStore, lib, types
 from ..gguf import keys as K
+from ..ggml.graph import DEFAULT_MAX_NODES
 from ..gguf import open_model
 from ..loaders import lm as loader
 from ..models import lm as lm_graph
@@ -44,10 +47,14 @@ class LanguageModel:
     """OmniVoice's LM loaded from an `omnivoice-lm` GGUF onto a runtime."""
 
     def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None, clamp_fp16: bool = False,
-                 stack_projections: bool | None = None, variant: lm_graph.Variant = lm_graph.DEFAULT) -> None:
+                 stack_projections: bool | None = None, variant: lm_graph.Variant = lm_graph.DEFAULT,
+                 padded_attention: bool | None = None) -> None:
         """`stack_projections` (default: on GPUs) loads q/k/v and gate/up as one matrix each; the CPU
         otherwise computes on the file's memory map in place, which stacking would have to copy.
-        `variant`: another composition of the graph (models.lm.Variant; qk_rope stacks the projections)."""
+        `variant`: another composition of the graph (models.lm.Variant; qk_rope stacks the projections).
+        `padded_attention` (default: on GPUs with flash attention; OMNIVOICE_PADDED_ATTENTION=0/1 overrides)
+        attends the segments of a packed batch in padded buckets (models.lm.padded_attention), a few kernels
+        per layer instead of one per segment; the CPU keeps one call per segment, exact per request."""
         self.runtime = runtime
         f = open_model(path, loader.ARCH)
         self.cfg = loader.read_config(f)
@@ -70,6 +77,10 @@ class LanguageModel:
             flash_attn = supported
         self.flash_attn = flash_attn
         self.clamp_fp16 = clamp_fp16
+        if padded_attention is None:
+            env = os.environ.get("OMNIVOICE_PADDED_ATTENTION")
+            padded_attention = env != "0" if env in ("0", "1") else runtime.is_gpu
+        self.padded_attention = bool(padded_attention and flash_attn)
 
     @property
     def metadata(self) -> dict:
@@ -81,9 +92,11 @@ class LanguageModel:
         n = self.metadata.get(K.LM_CONTEXT_LENGTH)
         return int(n) if n else None
 
-    def session(self, prompts: list[LMInput], guidance_scale: float, greedy: bool,
+    def session(self, prompts: list[LMInput], guidance_scale: float | Sequence[float],
+                greedy: bool | Sequence[bool],
                 with_logits: bool = False) -> "ChunkSession":
-        """A graph for these prompts' shapes, ready to be stepped."""
+        """A graph for these prompts' shapes, ready to be stepped. `guidance_scale` and `greedy` are one value
+        for all prompts or one per prompt (a batch mixes requests with different settings)."""
         return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)
 
     def close(self) -> None:
@@ -107,11 +120,26 @@ def variant_constants(variant: lm_graph.Variant, L: int, spans: list[tuple[int, 
 class ChunkSession:
     """One chunk's graph: `step(tokens)` runs the LM on the prompts with their current target tokens."""
 
-    def __init__(self, model: LanguageModel, prompts: list[LMInput], guidance_scale: float, greedy: bool,
-                 with_logits: bool) -> None:
+    def __init__(self, model: LanguageModel, prompts: list[LMInput], guidance_scale: float | Sequence[float],
+                 greedy: bool | Sequence[bool], with_logits: bool) -> None:
+        self.graph = self.constants = None
+        try:
+            self._build(model, prompts, guidance_scale, greedy, with_logits)
+        except BaseException:  # also Ctrl-C: a half-built graph freed later by GC, after its runtime, crashes
+            self.close()
+            raise
+
+    def _build(self, model: LanguageModel, prompts: list[LMInput], guidance_scale: float | Sequence[float],
+               greedy: bool | Sequence[bool], with_logits: bool) -> None:
         cfg = model.cfg
         self.model, self.cfg, self.prompts = model, cfg, list(prompts)
-        self.greedy, self.with_logits, self.guidance_scale = greedy, with_logits, guidance_scale
+        n = len(self.prompts)
+        self.greedy = [bool(greedy)] * n if isinstance(greedy, (bool, np.bool_)) else [bool(x) for x in greedy]
+        self.guidance_scale = ([float(guidance_scale)] * n if np.isscalar(guidance_scale)
+                               else [float(x) for x in guidance_scale])
+        if len(self.greedy) != n or len(self.guidance_scale) != n:
+            raise ValueError(f"{n} prompts, {len(self.greedy)} greedy flags, {len(self.guidance_scale)} guidance scales")
+        self.with_logits = with_logits
         C = cfg.n_codebook
         for p in self.prompts:
             if p.input_ids.shape[0] != C:
@@ -144,16 +172,40 @@ class ChunkSession:
         self._audio_mask = audio_mask
 
         flash_kv = model.flash_kv if model.flash_attn else None
-        self.graph = g = Graph(model.runtime, what=f"the LM graph for {L} positions")
+        # Each packed segment adds its own attention nodes to every layer (about 10); the default node budget
+        # holds a few dozen segments of the full model.
+        self.graph = g = Graph(model.runtime, what=f"the LM graph for {L} positions",
+                               max_nodes=max(DEFAULT_MAX_NODES, cfg.n_layer * (64 + 12 * len(segments)) + 64 * n))
         w = model.weights
         # What stays fixed for the whole chunk lives on the device from the start, like a weight: a graph
         # input would be copied from the host again at every step.
+        consts = {"text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask, "pos": pos}
         spans = list(zip(np.cumsum([0] + segments[:-1]).tolist(), segments))
-        self.constants = WeightStore.from_arrays(model.runtime, {
-            "text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask, "pos": pos,
-            **variant_constants(model.variant, L, spans)})
+        consts.update(variant_constants(model.variant, L, spans))
+        padded = model.padded_attention and not model.variant.one_attention and len(segments) > 2
+        if padded:
+            self._buckets = padded_buckets(segments)
+            consts.update(padded_constants(self._buckets, segments))
+        # The greedy prompts' target columns, cond then uncond, go through the audio heads and the guided pick
+        # together: one product and a dozen ops for the whole batch rather than per prompt (on a GPU each is a
+        # kernel, and each output a copy back).
+        self._greedy = [i for i in range(n) if self.greedy[i]]
+        self._scales = sorted({self.guidance_scale[i] for i in self._greedy})
+        if self._greedy:
+            cols = [np.arange(starts[i][0] + self.prompts[i].input_ids.shape[1] - self.prompts[i].n_target,
+                              starts[i][0] + self.prompts[i].input_ids.shape[1]) for i in self._greedy]
+            cols += [np.arange(starts[i][1], starts[i][1] + self.prompts[i].n_target) for i in self._greedy]
+            consts["heads_index"] = np.concatenate(cols).astype(np.int32)
+            if len(self._scales) > 1:  # a guidance scale per column: keep = 1 + g, mix = g
+                per_col = np.concatenate([np.full(C * self.prompts[i].n_target, self.guidance_scale[i])
+                                          for i in self._greedy])  # float64: rounded once, as ggml_scale's
+                consts["guidance_keep"] = (1.0 + per_col).astype(np.float32).reshape(-1, 1)
+                consts["guidance_mix"] = per_col.astype(np.float32).reshape(-1, 1)
+        self.constants = WeightStore.from_arrays(model.runtime, consts)
         c = self.constants
         inputs = lm_graph.VariantInputs(**{n: c[n] for n in ("kv_rows", "attn_mask") if n in c})
+        if padded:
+            spans = self._padded_segments()
         # Both masks are constants: a [1, L] tensor computed in the graph would, for an odd L, shift every
         # activation after it off the 64-byte lines that AVX-512 loads want (Graph.input pads inputs for the
         # same reason; the F32 step at L = 337 took 1989 ms instead of 1231).
@@ -162,7 +214,11 @@ class ChunkSession:
                                    c["pos"], spans, flash_kv, model.clamp_fp16, model.variant,
                                    inputs)                                                        # [n_embd, L]
 
+        if self._greedy:
+            self._heads(g, h)
         for i, ((c0, u0), p) in enumerate(zip(starts, self.prompts)):
+            if self.greedy[i]:
+                continue
             Lc, T = p.input_ids.shape[1], p.n_target
             cond = lm_graph.audio_logits(g.ctx, w, cfg, lm_graph.columns(g.ctx, h, c0 + Lc - T, T),
                                          model.variant)                                            # [V, C, T]
@@ -172,18 +228,40 @@ class ChunkSession:
                 g.output(f"uncond_logits_{i}", uncond)
             cond2 = lib.ggml_reshape_2d(g.ctx, cond, cfg.audio_vocab, C * T)                       # [V, C*T]
             uncond2 = lib.ggml_reshape_2d(g.ctx, uncond, cfg.audio_vocab, C * T)
-            lp = lm_graph.guided_log_probs(g.ctx, cond2, uncond2, guidance_scale)                   # [V, C*T]
-            if greedy:
-                pred, score = lm_graph.greedy_pick(g.ctx, lp, w.class_bias)
-                g.output(f"pred_{i}", pred)
-                g.output(f"score_{i}", score)
-            else:
-                g.output(f"log_probs_{i}", lp)
-        try:
-            g.allocate()
-        except BaseException:  # e.g. MemoryError for a graph too large: free the constants uploaded above
-            self.close()
-            raise
+            g.output(f"log_probs_{i}", lm_graph.guided_log_probs(g.ctx, cond2, uncond2, self.guidance_scale[i]))
+        g.allocate()
+
+    def _heads(self, g: Graph, h) -> None:
+        """Audio heads, guidance and the greedy pick of every greedy prompt in one pass: outputs `pred` and
+        `score` over their C * T targets, prompt after prompt (and each prompt's logits with_logits)."""
+        cfg, w, c, C, V = self.cfg, self.model.weights, self.constants, self.cfg.n_codebook, self.cfg.audio_vocab
+        S = sum(self.prompts[i].n_target for i in self._greedy)
+        logits = lm_graph.audio_logits(g.ctx, w, cfg, lib.ggml_get_rows(g.ctx, h, c["heads_index"]),
+                                       self.model.variant)                                     # [V, C, 2S]
+        row = logits.nb[1]
+        cond = lib.ggml_view_2d(g.ctx, logits, V, C * S, row, 0)                                  # [V, C*S]
+        uncond = lib.ggml_view_2d(g.ctx, logits, V, C * S, row, C * S * row)
+        if self.with_logits:
+            at = 0
+            for i in self._greedy:
+                T = self.prompts[i].n_target
+                for name, off in (("cond_logits", 0), ("uncond_logits", S)):
+                    g.output(f"{name}_{i}", lib.ggml_view_3d(g.ctx, logits, V, C, T, row, logits.nb[2],
+                                                              (off + at) * logits.nb[2]))
+                at += T
+        if len(self._scales) > 1:
+            lp = lm_graph.guided_log_probs_per_column(g.ctx, cond, uncond, c["guidance_keep"], c["guidance_mix"])
+        else:
+            lp = lm_graph.guided_log_probs(g.ctx, cond, uncond, self._scales[0])                   # [V, C*S]
+        pred, score = lm_graph.greedy_pick(g.ctx, lp, w.class_bias)
+        g.output("pred", pred)
+        g.output("score", score)
+
+    def _padded_segments(self) -> "lm_graph.PaddedSegments":
+        c = self.constants
+        buckets = tuple(lm_graph.PaddedBucket(c[f"pad_index_{b}"], c[f"pad_mask_{b}"], P, len(members))
+                        for b, (P, members) in enumerate(self._buckets))
+        return lm_graph.PaddedSegments(buckets, c["pad_gather"])
 
     def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:
         ids = self._ids.copy()
@@ -209,13 +287,16 @@ class ChunkSession:
 
     def _results(self, out: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
         C = self.cfg.n_codebook
+        if self._greedy:
+            pred, score = out["pred"].reshape(-1), out["score"].reshape(-1)
+            at = dict(zip(self._greedy, np.cumsum([0] + [C * self.prompts[i].n_target for i in self._greedy])))
         results = []
         for i, p in enumerate(self.prompts):
             T = p.n_target
             r = {}
-            if self.greedy:
-                r["pred"] = out[f"pred_{i}"].reshape(T, C).T.copy()
-                r["score"] = out[f"score_{i}"].reshape(T, C).T.copy()
+            if self.greedy[i]:
+                r["pred"] = pred[at[i]:at[i] + C * T].reshape(T, C).T.copy()
+                r["score"] = score[at[i]:at[i] + C * T].reshape(T, C).T.copy()
             else:
                 r["log_probs"] = out[f"log_probs_{i}"].reshape(T, C, -1).transpose(1, 0, 2).copy()
             if self.with_logits:
@@ -225,11 +306,53 @@ class ChunkSession:
         return results
 
     def close(self) -> None:
-        self.graph.close()
-        self.constants.close()
+        if self.graph is not None:
+            self.graph.close()
+        if self.constants is not None:
+            self.constants.close()
 
     def __enter__(self) -> "ChunkSession":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+# A bucket of padded attention takes segments up to PAD_RATIO times (plus PAD_SLACK positions) as long as its
+# shortest: padding costs at most that share of a bucket's attention work, small beside the matrix products.
+PAD_RATIO, PAD_SLACK = 1.25, 16
+
+
+def padded_buckets(lengths: list[int]) -> list[tuple[int, list[int]]]:
+    """Segments (by index) grouped by similar length: [(padded length, members)], shortest first."""
+    buckets: list[tuple[int, list[int]]] = []
+    first = None
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        if first is None or lengths[i] > PAD_RATIO * first + PAD_SLACK:
+            buckets.append((0, []))
+            first = lengths[i]
+        P, members = buckets[-1]
+        buckets[-1] = (max(P, lengths[i]), members + [i])
+    return buckets
+
+
+def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int]) -> dict[str, np.ndarray]:
+    """Gather indices and masks of padded attention (models.lm.PaddedSegments) for segments packed in order."""
+    starts = np.cumsum([0] + lengths[:-1])
+    gather = np.zeros(sum(lengths), np.int32)
+    out: dict[str, np.ndarray] = {}
+    row = 0
+    for b, (P, members) in enumerate(buckets):
+        index = np.zeros((len(members), P), np.int32)
+        mask = np.zeros((len(members), 1, P, P), np.float16)   # ggml [P keys, P queries, 1, S]
+        for j, i in enumerate(members):
+            n, s = lengths[i], int(starts[i])
+            index[j, :n] = np.arange(s, s + n)
+            index[j, n:] = s          # padding rows repeat a real position: finite, and never read back
+            mask[j, 0, :, n:] = -np.inf
+            gather[s:s + n] = row + j * P + np.arange(n)
+        out[f"pad_index_{b}"] = index.reshape(-1)
+        out[f"pad_mask_{b}"] = mask
+        row += P * len(members)
+    out["pad_gather"] = gather
+    return out

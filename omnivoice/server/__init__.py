@@ -7,7 +7,7 @@
     encoding.py     response audio: OpenAI's formats onto omnivoice.audio.io's encoders
     metrics.py      Prometheus counters
     errors.py       OpenAI's error JSON for every failure
-    engine_adapter.py   the only module that touches the model (stand-in for the batched engine)
+    engine_adapter.py   the only module that touches the model (over the batched engine, omnivoice.engine)
 """
 
 from .app import ServerConfig, create_app

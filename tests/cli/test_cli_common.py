@@ -70,3 +70,25 @@ def test_quiet_prints_nothing():
     p = cli.Progress(enabled=False, stream=out)
     p(1, 1)
     assert out.getvalue() == ""
+
+
+def test_a_signal_during_a_deferred_block_is_raised_when_it_ends():
+    import os
+    import signal
+
+    steps = []
+
+    def body():
+        with cli.signals_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            steps.append("written whole")  # the signal did not cut the block short
+        steps.append("after")  # never reached: the held signal unwinds here
+        return 0
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert cli.run(body) == 143
+    finally:  # cli.run leaves both ignored after a signal (the process is exiting); pytest is not
+        for s, h in saved.items():
+            signal.signal(s, h)
+    assert steps == ["written whole"]

@@ -92,3 +92,43 @@ def test_a_client_that_hangs_up_before_its_whole_response_cancels_its_work(serve
         _wait_for(server, "omnivoice_active_requests", 0)
     _wait_for(server, "omnivoice_cancelled_requests_total", before)
     _wait_idle(server)
+
+
+def test_requests_in_flight_together_share_the_engine(server):
+    """Four requests sent at once: some sample of /health sees two or more of them active at the same time
+    (a server that runs one at a time never does)."""
+    _wait_idle(server)
+    bodies = [{"model": "tts-1", "input": " ".join(f"Request {k} says sentence {i}." for i in range(6)),
+               "response_format": "pcm", "speed": 1.0, "seed": k, "num_step": 48} for k in range(4)]
+    peak = 0
+    with ThreadPoolExecutor(4) as pool, server.client() as c:
+        futures = [pool.submit(_say, server, body) for body in bodies]
+        while not all(f.done() for f in futures):
+            peak = max(peak, c.get("/health").json()["active"])
+            time.sleep(0.02)
+        for f in futures:
+            f.result()
+    assert peak >= 2, "no two requests were ever generated together"
+
+
+def test_a_short_request_finishes_during_a_long_stream(server):
+    """A short request sent once a long stream has begun is answered while the stream still runs: it joins
+    the running batch rather than waiting for the long one to end."""
+    _wait_idle(server)
+    short = {"model": "tts-1", "input": "Hi.", "response_format": "pcm", "speed": 1.0, "num_step": 4}
+
+    def say_short() -> float:
+        assert _say(server, short)[1]
+        return time.monotonic()
+
+    body = {"model": "tts-1", **SLOW, "stream_format": "audio"}
+    with ThreadPoolExecutor(1) as pool, server.client() as c, \
+            c.stream("POST", "/v1/audio/speech", json=body) as r:
+        assert r.status_code == 200
+        chunks = r.iter_raw()
+        assert next(chunks)  # the long one is under way
+        short_done = pool.submit(say_short)
+        n = sum(1 for _ in chunks)
+        long_done = time.monotonic()
+        assert n > 0
+        assert short_done.result() < long_done, "the short request waited for the long stream to end"

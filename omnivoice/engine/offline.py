@@ -1,0 +1,108 @@
+"""Offline batches: a list of requests in, one result per request out (`OmniVoice.synthesize_batch`), or the
+outcomes one by one as they finish (`run_batch`, which the batch CLI and the Ray actors use).
+
+Requests are started in an order that groups them by step count and length, so a batch's members finish
+their chunks on the same step and the packed graph is rebuilt rarely; results come back in the caller's order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+from ..pipeline import Settings, SynthesisResult
+from ..text.duration import estimate_target_tokens
+from .core import BatchEngine, Task
+from .request import InvalidRequests, SynthesisRequest, as_request
+
+__all__ = ["prepare", "run_batch", "synthesize_batch", "BatchFailed", "order_key"]
+
+RequestLike = Union[SynthesisRequest, Mapping[str, Any]]
+
+
+class BatchFailed(RuntimeError):
+    """Some requests failed while the batch ran. `errors` maps request index -> exception; `results` holds the
+    results in order (None where a request failed)."""
+
+    def __init__(self, errors: dict[int, BaseException], results: list[Optional[SynthesisResult]]) -> None:
+        self.errors, self.results = errors, results
+        lines = [f"request {i}: {type(e).__name__}: {e}" for i, e in sorted(errors.items())]
+        super().__init__(f"{len(errors)} of {len(results)} requests failed:\n  " + "\n  ".join(lines))
+
+
+def prepare(items: Iterable[RequestLike]) -> list[Union[tuple[SynthesisRequest, Settings], Exception]]:
+    """Each item checked and resolved into pipeline Settings (SynthesisRequest.settings); an invalid item gets
+    its ValueError in its place."""
+    out: list = []
+    for item in items:
+        try:
+            req = as_request(item)
+            out.append((req, req.settings()))
+        except ValueError as e:
+            out.append(e)
+    return out
+
+
+def order_key(r: SynthesisRequest) -> tuple:
+    """The order requests start in: by step count, sampling mode and estimated length, so that the members of
+    a batch finish together (the Ray driver shards a manifest in this order too)."""
+    length = (round(r.duration * 25) if r.duration is not None
+              else estimate_target_tokens(r.text, None, None, speed=r.speed))
+    return (r.num_step, r.class_temperature > 0, length)
+
+
+def run_batch(ov, prepared: Sequence[tuple[int, SynthesisRequest, Settings]], batch_size: int | str = "auto",
+              engine: Optional[BatchEngine] = None) -> Iterator[tuple[int, Union[SynthesisResult, BaseException]]]:
+    """Run (index, request, settings) items; yield (index, result or exception) as each finishes.
+
+    `engine` reuses a BatchEngine (and its voice cache and measured limits); otherwise one is made and closed.
+    Closing the generator early (Ctrl-C) cancels what has not finished.
+    """
+    own = engine is None
+    engine = engine or BatchEngine(ov, max_batch=batch_size)
+    tasks = [Task(req, settings, index=i) for i, req, settings in prepared]
+    for t in sorted(tasks, key=lambda t: order_key(t.request)):
+        engine.add(t)
+    try:
+        while engine.busy:
+            for t in engine.step():
+                yield t.index, (t.result if t.error is None else t.error)
+    finally:
+        for t in tasks:
+            t.cancel()
+        if own:
+            engine.close()
+        else:  # leave a reused engine clean: what was not finished is dropped
+            engine.step(admit=False)
+
+
+def synthesize_batch(ov, requests: Sequence[RequestLike], batch_size: int | str = "auto",
+                     progress: Optional[Callable[[int, int], None]] = None) -> list[SynthesisResult]:
+    """Synthesize every request, many at a time; one SynthesisResult per request, in order.
+
+    Every request is checked before any work starts: InvalidRequests lists each invalid one. A request that
+    fails while the batch runs does not stop the others; BatchFailed (with the other results) is raised at
+    the end. `progress(done, total)` is called as requests finish.
+    """
+    items = list(requests)
+    prepared = prepare(items)
+    bad = [(i, _item_id(items[i]), str(p)) for i, p in enumerate(prepared) if isinstance(p, Exception)]
+    if bad:
+        raise InvalidRequests(bad)
+    results: list[Optional[SynthesisResult]] = [None] * len(items)
+    errors: dict[int, BaseException] = {}
+    done = 0
+    for i, outcome in run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], batch_size):
+        if isinstance(outcome, BaseException):
+            errors[i] = outcome
+        else:
+            results[i] = outcome
+        done += 1
+        if progress is not None:
+            progress(done, len(items))
+    if errors:
+        raise BatchFailed(errors, results)
+    return results  # type: ignore[return-value]
+
+
+def _item_id(item: RequestLike):
+    return item.get("id") if isinstance(item, Mapping) else getattr(item, "id", None)

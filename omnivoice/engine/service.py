@@ -1,0 +1,258 @@
+"""Continuous batching on a background thread, for servers: `submit` a request, get a `Job` at once.
+
+    engine = ov.engine(max_batch="auto", max_wait_ms=20, max_queue=256)
+    job = engine.submit({"text": "Hello there. How are you?"}, stream=True)
+    for audio in job.chunks():           # float32 24 kHz, one piece per sentence as it finishes
+        ...
+    result = job.result()                # SynthesisResult (the pieces joined)
+    engine.close()
+
+The thread runs a BatchEngine. Requests that arrive within `max_wait_ms` of each other start on the same
+step; later ones join the running batch at the next step where the graph is rebuilt anyway (a chunk finished)
+or once they have waited `max_wait_ms`, so a busy engine does not rebuild its graph for every arrival. A
+finished or cancelled request frees its slot at once. `submit` raises ValueError for an invalid request
+(before queueing it) and EngineFull when `max_queue` requests are already waiting.
+
+Streaming (`stream=True`) splits the text into sentences, the first kept short (split at a clause
+boundary when long) so the first audio comes early; each sentence is decoded and post-processed on its own,
+and without a voice prompt sentence 0's tokens and text voice the rest, as long form and `OmniVoice.stream`
+do. Without streaming, `chunks()` yields the whole result once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from typing import Any, Iterator, Mapping, Optional, Union
+
+import numpy as np
+
+from ..pipeline import Cancelled, SynthesisResult
+from ..text.sentences import split_sentences
+from ..text.chunking import chunk_text_punctuation
+from .core import BatchEngine, Task
+from .request import SynthesisRequest, as_request
+
+log = logging.getLogger("omnivoice")
+
+__all__ = ["Engine", "EngineFull", "Job", "stream_sentences"]
+
+# A first sentence longer than this is split at its clauses (commas and the like) into pieces of at most
+# FIRST_PIECE_CHARS: about three seconds of speech, generated while the rest waits its turn.
+FIRST_SENTENCE_MAX_CHARS = 80
+FIRST_PIECE_CHARS = 48
+
+_END = object()
+
+
+class EngineFull(RuntimeError):
+    """The engine's queue is full; try again after `retry_after` seconds."""
+
+    def __init__(self, retry_after: float, queued: int) -> None:
+        self.retry_after = float(retry_after)
+        super().__init__(f"the engine's queue is full ({queued} requests waiting); retry in {retry_after:.1f} s")
+
+
+def stream_sentences(text: str) -> list[str]:
+    """The text as sentences for streaming: split_sentences, with a long first sentence split at its clauses
+    so that the first piece is short (a sentence without clause punctuation stays whole)."""
+    sentences = split_sentences(text)
+    if not sentences:
+        raise ValueError("text: is empty, nothing to synthesize")
+    first = sentences[0]
+    if len(first) > FIRST_SENTENCE_MAX_CHARS:
+        pieces = chunk_text_punctuation(first, FIRST_PIECE_CHARS, min_chunk_len=3)
+        if len(pieces) > 1 and first.startswith(pieces[0]):
+            rest = first[len(pieces[0]):].strip()
+            sentences = [pieces[0]] + ([rest] if rest else []) + sentences[1:]
+    return sentences
+
+
+class Job:
+    """A submitted request: its audio as it comes (`chunks`), its `result`, `cancel`, and a Future."""
+
+    def __init__(self, engine: "Engine", task: Task) -> None:
+        self.engine, self.task = engine, task
+        self.request: SynthesisRequest = task.request
+        self.future: concurrent.futures.Future = concurrent.futures.Future()
+        self._pieces: queue.Queue = queue.Queue()
+        self.stream = task.stream
+
+    @property
+    def id(self):
+        return self.request.id
+
+    @property
+    def done(self) -> bool:
+        return self.future.done()
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """Float32 audio at 24 kHz: one piece per sentence as it finishes (stream=True), else the whole result
+        once. Raises the request's error (Cancelled when cancelled) after the pieces that were made."""
+        while True:
+            piece = self._pieces.get()
+            if piece is _END:
+                break
+            yield piece
+        exc = self.future.exception()
+        if exc is not None:
+            raise exc
+
+    def result(self, timeout: Optional[float] = None) -> SynthesisResult:
+        """Wait for the result (concurrent.futures.TimeoutError after `timeout` seconds)."""
+        return self.future.result(timeout)
+
+    def cancel(self) -> None:
+        """Stop the request at its next step and free its slot; result() then raises Cancelled."""
+        self.task.cancel()
+        self.engine._wake()
+
+    # called by the engine thread
+    def _audio(self, piece: np.ndarray) -> None:
+        self._pieces.put(piece)
+
+    def _finish(self) -> None:
+        t = self.task
+        if t.error is not None:
+            self.future.set_exception(t.error)
+        else:
+            if not self.stream:
+                self._pieces.put(t.result.audio)
+            self.future.set_result(t.result)
+        self._pieces.put(_END)
+
+
+class Engine:
+    """A BatchEngine on its own thread with a bounded queue: continuous batching for servers (thread-safe)."""
+
+    def __init__(self, ov, max_batch: int | str = "auto", max_wait_ms: float = 20.0, max_queue: int = 256) -> None:
+        if not max_wait_ms >= 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms!r}")
+        if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
+            raise ValueError(f"max_queue must be a positive integer, got {max_queue!r}")
+        self.ov = ov
+        self.max_wait = max_wait_ms / 1000.0
+        self.max_queue = max_queue
+        self._core = BatchEngine(ov, max_batch=max_batch)
+        self._cv = threading.Condition()
+        self._inbox: deque[Job] = deque()
+        self._jobs: dict[int, Job] = {}
+        self._closed = False
+        self._seconds_per_request = 1.0  # running mean of the service time, for EngineFull.retry_after
+        self._thread = threading.Thread(target=self._run, name="omnivoice-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------------------------------ clients
+    def submit(self, request: Union[SynthesisRequest, Mapping[str, Any]], stream: bool = False) -> Job:
+        """Queue a request (a SynthesisRequest or a dict of its fields). Raises ValueError for an invalid one,
+        EngineFull when the queue is full, RuntimeError after close()."""
+        req = as_request(request)
+        settings = req.settings()
+        sentences = stream_sentences(req.text) if stream else None
+        if sentences and req.instruct:
+            # a stream words a voice-design instruct (English or Chinese) by its first sentence, as OmniVoice.stream
+            settings = req.settings(wording=sentences[0])
+        task = Task(req, settings, sentences=sentences)
+        job = Job(self, task)
+        task.on_audio = job._audio
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("the engine is closed")
+            waiting = len(self._inbox) + len(self._core.pending)
+            if waiting >= self.max_queue:
+                batches = waiting / max(1, self._core.limits.max_requests) + 1
+                raise EngineFull(batches * self._seconds_per_request, waiting)
+            self._inbox.append(job)
+            self._cv.notify()
+        return job
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting to start."""
+        return len(self._inbox) + len(self._core.pending)
+
+    @property
+    def active(self) -> int:
+        """Requests being generated now."""
+        return len(self._core.active)
+
+    def close(self) -> None:
+        """Stop the thread; requests not finished fail with Cancelled. Idempotent."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _wake(self) -> None:
+        with self._cv:
+            self._cv.notify()
+
+    # ------------------------------------------------------------------------------------------ thread
+    def _run(self) -> None:
+        core = self._core
+        try:
+            while True:
+                with self._cv:
+                    while not self._closed and not self._inbox and not core.busy:
+                        self._cv.wait()
+                    if self._closed:
+                        break
+                    if not core.active and not core._decodes:
+                        # Idle: let requests that arrive within max_wait of the first start together.
+                        first = self._inbox[0].task.t_added if self._inbox else time.perf_counter()
+                        deadline = first + self.max_wait
+                        while not self._closed and time.perf_counter() < deadline:
+                            self._cv.wait(deadline - time.perf_counter())
+                    self._take_inbox()
+                self._deliver(core.step(admit=self._should_admit()))
+        except BaseException as e:  # an engine failure fails every request rather than hanging its clients
+            log.exception("engine thread failed")
+            with self._cv:
+                self._closed = True
+                self._take_inbox()
+            for job in list(self._jobs.values()):
+                job.task.error = job.task.error or RuntimeError(f"engine failed: {type(e).__name__}: {e}")
+        finally:
+            with self._cv:
+                self._closed = True
+                self._take_inbox()
+            core.close()
+            self._deliver(core.step(admit=False))
+            for job in list(self._jobs.values()):
+                if not job.done:
+                    job.task.error = job.task.error or Cancelled("engine closed")
+                    self._deliver([job.task])
+
+    def _take_inbox(self) -> None:
+        while self._inbox:
+            job = self._inbox.popleft()
+            self._jobs[id(job.task)] = job
+            self._core.add(job.task)
+
+    def _should_admit(self) -> bool:
+        core = self._core
+        if not core.pending:
+            return False
+        if not core.active or core.composition_changed:
+            return True  # nothing running, or the graph is rebuilt anyway
+        return time.perf_counter() - core.pending[0].t_added >= self.max_wait
+
+    def _deliver(self, finished: list[Task]) -> None:
+        for t in finished:
+            job = self._jobs.pop(id(t), None)
+            if job is None or job.done:
+                continue
+            if t.result is not None:
+                self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * t.result.timings["total"]
+            job._finish()

@@ -1,0 +1,99 @@
+"""One MaskGIT step for many chunks at once, each from its own share of one LM pass.
+
+Every chunk keeps its own :class:`~omnivoice.generate.maskgit.MaskGitState` (tokens, schedule, settings) and
+its own Philox generator, so its choices are exactly those of :func:`~omnivoice.generate.maskgit.generate`
+run alone. What is shared is host work that does not depend on which chunk an element belongs to: the
+position noise of the greedy chunks is drawn with one Philox evaluation per group of chunks
+(``rand_like_many``), only at the still-masked positions (the others are never read), and turned into
+Gumbel noise in one pass per group; the groups run on worker threads (numpy releases the GIL in these
+elementwise passes). On 64 five-second requests this noise is most of a step's host time (0.24 s a step in
+one thread on the 2-core CI machine before; see BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .maskgit import MaskGitState, StepChoice, gumbel_noise
+from .philox import rand_like_many
+
+__all__ = ["step_many"]
+
+# Positions of noise per worker thread at least: below this a thread costs more than it saves.
+MIN_POSITIONS_PER_WORKER = 4096
+_pool: Optional[ThreadPoolExecutor] = None
+
+
+def _workers() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+def _noise(states: Sequence[MaskGitState]) -> list[np.ndarray]:
+    """Gumbel noise at the masked positions of each state (1-D, C order), drawn from each one's generator."""
+    masked = [s.tokens == s.mask_id for s in states]
+    draws = rand_like_many([s.rng for s in states], [s.tokens.shape for s in states], where=masked)
+    g = gumbel_noise(np.concatenate(draws))
+    return np.split(g, np.cumsum([d.size for d in draws])[:-1])
+
+
+def _position_noise(states: Sequence[MaskGitState]) -> list[np.ndarray]:
+    """_noise for all states, in groups on worker threads when there is enough of it."""
+    global _pool
+    sizes = [int((s.tokens == s.mask_id).sum()) for s in states]
+    n = min(_workers(), max(1, sum(sizes) // MIN_POSITIONS_PER_WORKER), len(states))
+    if n == 1:
+        return _noise(states)
+    if _pool is None:
+        _pool = ThreadPoolExecutor(_workers(), thread_name_prefix="omnivoice-noise")
+    bounds = np.linspace(0, len(states), n + 1).astype(int)
+    groups = [states[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return [x for part in _pool.map(_noise, groups) for x in part]
+
+
+def step_many(states: Sequence[MaskGitState], outputs: Sequence[dict]) -> list[StepChoice | ValueError]:
+    """Advance each state by one step from its LM output and return the choices.
+
+    ``outputs[i]`` is what the LM gave for ``states[i].tokens``: ``pred`` and ``score`` (int32 / float32
+    [C, T]) for a greedy state, ``log_probs`` (float32 [C, T, V]) otherwise. No state may be done. A state
+    whose output is unusable (NaN scores, the mask id chosen) gets the ValueError in its place and does not
+    advance; the others do.
+    """
+    if len(states) != len(outputs):
+        raise ValueError(f"step_many: {len(states)} states but {len(outputs)} LM outputs")
+    rngs = [id(s.rng) for s in states if s.rng is not None]
+    if len(set(rngs)) != len(rngs):
+        raise ValueError("step_many: two states share a generator; each chunk in a step needs its own stream")
+    # Position noise of the greedy chunks, drawn together. A chunk that samples its classes draws class noise
+    # first, so it draws its own position noise after that, inside choose().
+    noisy = [i for i, s in enumerate(states) if s.greedy and s.config.position_temperature > 0 and not s.done]
+    noise: dict[int, np.ndarray] = {}
+    for i, values in zip(noisy, _position_noise([states[i] for i in noisy]) if noisy else []):
+        s = states[i]
+        full = np.zeros(s.tokens.shape, np.float32)
+        full[s.tokens == s.mask_id] = values
+        noise[i] = full
+    choices: list = []
+    for i, (state, out) in enumerate(zip(states, outputs)):
+        if state.done:
+            raise ValueError(f"step_many: state {i} has no step left")
+        try:
+            if i in noise:
+                choice = state.choose(pred=out["pred"], score=out["score"], position_noise=noise[i])
+            elif state.greedy:
+                choice = state.choose(pred=out["pred"], score=out["score"])
+            else:
+                choice = state.choose(log_probs=out["log_probs"])
+        except ValueError as e:  # this chunk's scores are unusable (NaN, the mask id chosen): it alone fails
+            choices.append(e)
+            continue
+        state.apply(choice)
+        choices.append(choice)
+    return choices

@@ -1,0 +1,90 @@
+"""Batch synthesis on a local CPU Ray cluster: two actors give the tokens, files and failure records of a
+local run; the Ray Data predictor gives each row its solo result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (CI installs it: .ci/run)")
+
+from tests.golden_paths import GOLDEN  # noqa: E402
+
+from .test_batch_cli import model_args, write_manifest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf):
+    import soundfile as sf
+
+    ref = np.load(GOLDEN / "ref_clone.npz")["ref_wav_input"].astype(np.float32)
+    sf.write(tmp_path / "me.wav", ref, 24000, subtype="FLOAT")
+    lines = [{"id": f"auto{i}", "text": f"Line {i} in the auto voice.", "seed": i} for i in range(3)]
+    lines += [{"id": "clone", "text": "A cloned line.", "ref_audio": "me.wav", "ref_text": "Hello world, this is me",
+               "seed": 9},
+              {"id": "design", "text": "Designed.", "instruct": "male", "language_id": "en", "duration": 1.0},
+              {"id": "bad", "text": "x", "language_id": "Klingonese"},
+              "not json"]
+    manifest = write_manifest(tmp_path / "lines.jsonl", lines)
+    common = [str(manifest), "--num-step", "4", "--save-tokens", "--seed", "5", *model_args(tiny_gguf)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               RAY_ADDRESS="")  # a cluster of our own, not one the environment points at
+    local = subprocess.run([sys.executable, "-m", "omnivoice.batch", "-o", str(tmp_path / "local"), *common],
+                           cwd=ROOT, env=env, capture_output=True, timeout=600)
+    assert local.returncode == 2, local.stderr.decode()
+    # --ray without an address starts a local cluster (all CPUs, no dashboard); two CPU actors share it
+    remote = subprocess.run([sys.executable, "-m", "omnivoice.batch", "-o", str(tmp_path / "ray"), *common,
+                             "--ray", "--cpu-actors", "2", "--threads", "1"],
+                            cwd=ROOT, env=env, capture_output=True, timeout=900)
+    err = remote.stderr.decode()
+    assert remote.returncode == 2, err
+    assert err.count("pid ") == 2, err  # two actors described themselves
+    names = sorted(p.name for p in (tmp_path / "local").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "ray").iterdir())
+    assert len([n for n in names if n.endswith(".npy")]) == 5
+    for name in names:
+        if name.endswith(".npy"):
+            np.testing.assert_array_equal(np.load(tmp_path / "ray" / name), np.load(tmp_path / "local" / name),
+                                          err_msg=name)
+    fails = [json.loads(x) for x in (tmp_path / "ray" / "failures.jsonl").read_text().splitlines()]
+    assert fails == [json.loads(x) for x in (tmp_path / "local" / "failures.jsonl").read_text().splitlines()]
+    assert [f["line"] for f in fails] == [6, 7]
+    # resumable as a local run is
+    again = subprocess.run([sys.executable, "-m", "omnivoice.batch", "-o", str(tmp_path / "ray"), *common,
+                            "--ray", "--cpu-actors", "2"], cwd=ROOT, env=env, capture_output=True, timeout=600)
+    assert "0 to do, 5 already done, 2 bad" in again.stderr.decode()
+
+
+def test_ray_data_predictor_gives_each_row_its_solo_result(tiny_gguf):
+    pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow (the [ray] extra installs ray[data])")
+    import omnivoice
+    from omnivoice.batch.ray import OmniVoicePredictor
+
+    rows = [{"text": "First row.", "seed": 1, "num_step": 4},
+            {"text": "Second row, designed.", "instruct": "female", "seed": 2, "num_step": 3},
+            {"text": "Bad row.", "language": "Klingonese", "seed": 3, "num_step": 3}]
+    kwargs = {"model": str(tiny_gguf["f32"]), "codec": str(tiny_gguf["codec"]), "backend": "cpu", "threads": 1}
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}})
+    try:
+        ds = ray.data.from_items(rows).map_batches(OmniVoicePredictor, fn_constructor_kwargs=kwargs, concurrency=1,
+                                                  batch_size=3, batch_format="numpy")
+        out = sorted(ds.take_all(), key=lambda r: r["text"])
+    finally:
+        ray.shutdown()
+    assert [r["text"] for r in out] == ["Bad row.", "First row.", "Second row, designed."]
+    assert "Klingonese" in out[0]["error"] and len(out[0]["audio"]) == 0
+    with omnivoice.OmniVoice(str(tiny_gguf["f32"]), str(tiny_gguf["codec"]), backend="cpu") as ov:
+        for row, got in zip(rows[:2], out[1:]):
+            r = dict(row)
+            expected = ov.synthesize(r.pop("text"), **r)
+            assert got["error"] == "" and int(got["sample_rate"]) == 24000
+            np.testing.assert_array_equal(np.asarray(got["audio"]), expected.audio)
+            np.testing.assert_array_equal(np.asarray(got["tokens"]), np.concatenate(expected.tokens, axis=1))

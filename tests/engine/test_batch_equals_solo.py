@@ -1,0 +1,144 @@
+"""A request's tokens (and audio) do not depend on what it is batched with: F32 on the CPU, bit for bit.
+
+The mixed batch has auto, design and clone requests, two languages and a third script, different durations
+and step counts, one long-form request (several chunks, chunk 0 voicing the rest), greedy position choice and
+seeded Gumbel noise, one request sampling its classes. Each request's result equals its own synthesize() call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omnivoice.engine import BatchEngine
+from omnivoice.engine.offline import prepare, run_batch
+
+from .helpers import assert_same_result, solo
+
+LONG = "The first sentence is here. A second one follows it. Then a third comes. And a fourth ends it. " * 2
+
+
+def mixed(ref_clip, greedy: bool) -> list[dict]:
+    ref, ref_text = ref_clip
+    pos = {"position_temperature": 0.0} if greedy else {}
+    return [
+        dict(id="auto-en", text="Hello world, this is a test.", language="English", seed=11, num_step=6, **pos),
+        dict(id="design-zh", text="今天天气很好，我们出去走走。", instruct="female, low pitch", language="zh",
+             seed=12, num_step=5, duration=1.6, **pos),
+        dict(id="clone-fr", text="Bonjour à tous, et bienvenue.", language="French", ref_audio=ref,
+             ref_text=ref_text, seed=13, num_step=6, **pos),
+        dict(id="long", text=LONG, language="en", seed=14, num_step=4, chunk_duration=2.5, chunk_threshold=4.0, **pos),
+        dict(id="design-short", text="Short.", instruct="male, elderly", seed=15, num_step=7, duration=0.4,
+             speed=1.3, guidance_scale=1.0, **pos),
+        dict(id="clone-classes", text="Sampled classes.", ref_audio=ref, ref_text=ref_text, seed=16, num_step=4,
+             class_temperature=0.7, denoise=False, **pos),
+    ]
+
+
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "seeded-noise"])
+def test_mixed_batch_equals_solo_runs(ov, ref_clip, greedy):
+    requests = mixed(ref_clip, greedy)
+    # three slots for six requests: slots are freed and refilled while others run, the long-form request
+    # contributes one chunk at a time
+    got = ov.synthesize_batch(requests, batch_size=3)
+    assert len(got) == len(requests)
+    assert len(got[3].tokens) > 2, "the long-form request should have several chunks"
+    for req, result in zip(requests, got):
+        assert_same_result(result, solo(ov, req), req["id"])
+
+
+def test_one_graph_serves_many_steps(ov):
+    """Requests that start together and share a step count are packed into one graph for all their steps."""
+    requests = [dict(text=f"Request number {i}.", seed=i, num_step=5) for i in range(4)]
+    prepared = prepare(requests)
+    with BatchEngine(ov, max_batch=4) as engine:
+        outcomes = dict(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
+        assert engine.stats["steps"] == 5 and engine.stats["graphs"] == 1
+        assert engine.stats["packed_requests"] == 20
+    for i, req in enumerate(requests):
+        assert_same_result(outcomes[i], solo(ov, req), f"request {i}")
+
+
+def test_packed_lm_step_equals_solo_bit_for_bit(ov):
+    """The runner level: logits, guided log-probs, argmax and max of each prompt packed with others of other
+    lengths and settings equal the prompt's own graph, bit for bit (every op works per column or per segment;
+    the CPU's GEMM accumulates each output element in the same order whatever the packed width)."""
+    from omnivoice.pipeline import Chunk
+
+    settings = ov.settings()
+    shapes = [("Hello world.", 37), ("Another, longer text for this one!", 61), ("x", 1), ("Hi", 2), ("z" * 40, 125)]
+    prompts = [ov.pipeline._prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
+    rng = np.random.default_rng(0)
+    tokens = []
+    for p in prompts:
+        t = np.full((8, p.n_target), 1024, np.int32)
+        known = rng.random(t.shape) < 0.5
+        t[known] = rng.integers(0, 1024, int(known.sum()))
+        tokens.append(t)
+    greedy = [True, False, True, False, True]
+    guidance = [2.0, 0.0, 1.5, 2.0, 3.0]
+    alone = []
+    for p, t, gr, gs in zip(prompts, tokens, greedy, guidance):
+        with ov.lm.session([p], gs, gr, with_logits=True) as s:
+            alone.append(s.step([t])[0])
+    for order in ([0, 1, 2, 3, 4], [4, 2, 0], [3, 1]):
+        with ov.lm.session([prompts[i] for i in order], [guidance[i] for i in order], [greedy[i] for i in order],
+                           with_logits=True) as s:
+            packed = s.step([tokens[i] for i in order])
+        for j, i in enumerate(order):
+            assert sorted(packed[j]) == sorted(alone[i])
+            for name, value in packed[j].items():
+                np.testing.assert_array_equal(value, alone[i][name], err_msg=f"prompt {i} in {order}: {name}")
+
+
+def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf):
+    """The GPU's attention layout (segments of similar length padded into one call per bucket) computes the
+    same logits as one call per segment, up to summation order; the CPU default keeps per-segment calls."""
+    from omnivoice.pipeline import Chunk
+    from omnivoice.runners.lm import LanguageModel, padded_buckets
+
+    assert padded_buckets([5, 40, 6, 41, 100, 7, 23]) == [(7, [0, 2, 5]), (41, [6, 1, 3]), (100, [4])]
+    settings = ov.settings()
+    shapes = [("Hello world.", 37), ("Another, longer text for this one!", 61), ("x", 3), ("Hi", 40),
+              ("z" * 40, 125)]
+    prompts = [ov.pipeline._prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
+    tokens = [np.full((8, p.n_target), 1024, np.int32) for p in prompts]
+    padded_lm = LanguageModel(ov.lm.runtime, tiny_gguf["f32"], padded_attention=True)
+    assert padded_lm.padded_attention and not ov.lm.padded_attention
+    try:
+        with ov.lm.session(prompts, 2.0, True, with_logits=True) as s:
+            expected = s.step(tokens)
+            per_segment_nodes = s.graph.n_nodes
+        with padded_lm.session(prompts, 2.0, True, with_logits=True) as s:
+            got = s.step(tokens)
+            assert s.graph.n_nodes < per_segment_nodes
+    finally:
+        padded_lm.close()
+    for i, (a, b) in enumerate(zip(got, expected)):
+        for name in ("cond_logits", "uncond_logits"):
+            np.testing.assert_allclose(a[name], b[name], rtol=0, atol=2e-5 * np.abs(b[name]).max(),
+                                       err_msg=f"prompt {i}: {name}")
+        assert np.mean(a["pred"] == b["pred"]) > 0.99
+
+
+def test_a_batch_that_does_not_fit_is_halved(ov, monkeypatch):
+    """A packed graph that cannot be allocated puts half of its requests back (their state kept) and lowers
+    the position budget; a request that does not fit alone fails with MemoryError, the others finish."""
+    real = ov.lm.session
+
+    def session(prompts, *args, **kwargs):
+        if len(prompts) > 2 or any(p.n_target > 60 for p in prompts):
+            raise MemoryError("could not allocate the compute graph (test)")
+        return real(prompts, *args, **kwargs)
+
+    requests = [dict(text=f"Request {i} fits.", seed=i, num_step=4, duration=1.0) for i in range(5)]
+    requests.append(dict(text="This one is too long to fit.", seed=9, num_step=4, duration=3.0))
+    prepared = prepare(requests)
+    monkeypatch.setattr(ov.lm, "session", session)
+    with BatchEngine(ov, max_batch=8) as engine:
+        outcomes = dict(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
+        assert engine.limits.max_positions is not None
+    monkeypatch.undo()
+    assert isinstance(outcomes[5], MemoryError)
+    for i, req in enumerate(requests[:5]):
+        assert_same_result(outcomes[i], solo(ov, req), f"request {i}")

@@ -1,0 +1,109 @@
+"""The background engine (continuous batching): results equal solo runs, streaming, cancel, a full queue."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from omnivoice.engine import EngineFull, stream_sentences
+from omnivoice.pipeline import Cancelled
+
+from .helpers import assert_same_result, solo
+
+
+def test_submitted_requests_equal_solo_runs(ov, ref_clip):
+    ref, ref_text = ref_clip
+    requests = [dict(text="First request, auto voice.", seed=1, num_step=5),
+                dict(text="Second one, designed.", instruct="female", seed=2, num_step=4, duration=1.0),
+                dict(text="Third, cloned.", ref_audio=ref, ref_text=ref_text, seed=3, num_step=5)]
+    with ov.engine(max_batch=2, max_wait_ms=50) as engine:
+        jobs = [engine.submit(r) for r in requests[:2]]
+        late = engine.submit(requests[2])  # joins while the others run
+        results = [j.result(timeout=300) for j in jobs + [late]]
+        assert engine.queue_depth == 0 and engine.active == 0
+    for req, got in zip(requests, results):
+        assert_same_result(got, solo(ov, req), req["text"])
+    pieces = list(jobs[0].chunks())
+    assert len(pieces) == 1 and np.array_equal(pieces[0], results[0].audio)
+
+
+def test_requests_from_many_threads(ov):
+    texts = [f"Thread {i} speaks." for i in range(6)]
+    out: dict[int, object] = {}
+    with ov.engine(max_batch=4, max_wait_ms=30) as engine:
+        def client(i):
+            out[i] = engine.submit({"text": texts[i], "seed": i, "num_step": 4}).result(timeout=300)
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(texts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for i, text in enumerate(texts):
+        assert_same_result(out[i], solo(ov, dict(text=text, seed=i, num_step=4)), text)
+
+
+def test_stream_gives_each_sentence_as_ov_stream_does(ov):
+    text = "One sentence. Two sentences! Three?"
+    expected = list(ov.stream(text, num_step=4, seed=5))
+    with ov.engine(max_batch=4) as engine:
+        job = engine.submit({"text": text, "num_step": 4, "seed": 5}, stream=True)
+        pieces = list(job.chunks())
+        result = job.result()
+    assert len(pieces) == len(expected) == 3
+    for got, want in zip(pieces, expected):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(result.audio, np.concatenate(expected))
+    assert result.texts == ["One sentence.", "Two sentences!", "Three?"]
+
+
+def test_stream_sentences_keeps_the_first_short():
+    long_first = ("When the long first sentence goes on, and on, past several clauses, with commas between them, "
+                  "it should be split for early audio. Then the rest.")
+    parts = stream_sentences(long_first)
+    assert len(parts[0]) <= 48 and " ".join(parts[:-1]) == long_first[:long_first.index(" Then")]
+    assert parts[-1] == "Then the rest."
+    assert stream_sentences("Short one. Another.") == ["Short one.", "Another."]
+    unbroken = "A" * 100 + "."
+    assert stream_sentences(unbroken) == [unbroken]  # no clause boundary: not split mid-word
+    with pytest.raises(ValueError, match="empty"):
+        stream_sentences("   ")
+
+
+def test_cancel_frees_the_slot(ov):
+    with ov.engine(max_batch=1, max_wait_ms=0) as engine:
+        slow = engine.submit({"text": "A long request that will be cancelled. " * 3, "num_step": 64, "seed": 1})
+        waiting = engine.submit({"text": "Waits for the slot.", "num_step": 3, "seed": 2})
+        deadline = time.time() + 60
+        while engine.active == 0 and time.time() < deadline:
+            time.sleep(0.01)
+        slow.cancel()
+        with pytest.raises(Cancelled):
+            slow.result(timeout=120)
+        assert waiting.result(timeout=300).audio.size > 0
+        with pytest.raises(Cancelled):
+            list(slow.chunks())
+
+
+def test_full_queue_and_bad_requests_are_refused_at_once(ov):
+    with ov.engine(max_batch=1, max_queue=2, max_wait_ms=0) as engine:
+        with pytest.raises(ValueError, match="language"):
+            engine.submit({"text": "Hi.", "language": "Klingonese"})
+        with pytest.raises(ValueError, match="unknown request field"):
+            engine.submit({"text": "Hi.", "voice_name": "x"})
+        jobs = [engine.submit({"text": "Running.", "num_step": 40, "seed": 0})]
+        deadline = time.time() + 60
+        while engine.active == 0 and time.time() < deadline:
+            time.sleep(0.01)
+        jobs += [engine.submit({"text": f"Queued {i}.", "num_step": 2, "seed": i}) for i in range(2)]
+        assert engine.queue_depth == 2
+        with pytest.raises(EngineFull) as full:
+            engine.submit({"text": "One too many.", "num_step": 2})
+        assert full.value.retry_after > 0
+        for j in jobs:
+            j.cancel()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.submit({"text": "After close."})

