@@ -116,6 +116,9 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
     for k, off, t0, t1 in spans:
         if t1 > t0:
             tap = lib.ggml_view_2d(ctx, x, IC, t1 - t0, stride * x.nb[1], (t0 * stride + off) * x.nb[1])
+            if not cpu and not lib.ggml_is_contiguous(tap):
+                # CUDA's SET takes contiguous sources only (GGML_ASSERT in set.cu); the CPU's takes strides
+                tap = lib.ggml_cont(ctx, tap)
             cols = lib.ggml_set_2d_inplace(ctx, cols, tap, cols.nb[1], k * IC * x.nb[0] + t0 * cols.nb[1])
     return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                         # [OC, T_out]
 

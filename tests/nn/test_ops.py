@@ -311,3 +311,29 @@ def test_conv_transpose1d_channels_last(run, rng, stride, K):
     want = conv_transpose1d_ref(x.astype(np.float64), w.astype(np.float64), b, stride, p, op)
     assert y.shape == want.T.shape
     assert rel_err(y, want.T) < 1e-5
+
+
+def test_conv1d_channels_last_gpu_path_sets_contiguous_sources(run, rng, monkeypatch):
+    """CUDA's SET asserts a contiguous source (ggml-cuda/set.cu): the GPU path copies strided taps first. The CPU
+    accepts strided sources, so this checks every SET the GPU path builds (stride 2, as the encoder's)."""
+    import omnivoice.nn.conv as conv
+
+    real = conv.lib
+
+    class CheckedLib:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def ggml_set_2d_inplace(self, ctx, a, b, nb1, offset):
+            assert real.ggml_is_contiguous(b), "a strided source for SET reaches the GPU path"
+            return real.ggml_set_2d_inplace(ctx, a, b, nb1, offset)
+
+    monkeypatch.setattr(conv, "lib", CheckedLib())
+    IC, OC, T, K = 8, 12, 57, 4
+    x = rng.standard_normal((IC, T)).astype(np.float32)
+    w = rng.standard_normal((OC, IC, K)).astype(np.float32)
+    b = rng.standard_normal(OC).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.conv1d_cl(ctx, x, ws["w"], ws["b"], 2, 1, 1, cpu=False),
+            {"x": np.ascontiguousarray(x.T)}, {"w": nn.conv_weight_cl(w), "b": b})
+    want = conv1d_ref(x.astype(np.float64), w.astype(np.float64), b, 2, 1, 1, 1)
+    assert rel_err(y, want.T) < 1e-5
