@@ -215,6 +215,10 @@ class Graph:
         """Measure the compute buffers the graph needs (nothing is allocated) against what each device has."""
         sizes = ffi.new("size_t[]", len(backends))
         lib.ggml_backend_sched_reserve_size(self._sched, self._gf, sizes)
+        # reserve_size leaves the graph split (its copies of cross-backend inputs made) and the scheduler not
+        # reset; splitting again on top of that mis-wired a CUDA + CPU scheduler's inputs (wrong products,
+        # then illegal memory accesses on the H200), where a CPU-only scheduler, which makes no copies, was fine.
+        lib.ggml_backend_sched_reset(self._sched)
         for backend, size in zip(backends, sizes):
             free = memory.available(backend)
             if free is not None and size > free:
