@@ -203,11 +203,26 @@ class Graph:
         self._sched = lib.ggml_backend_sched_new(arr, ffi.NULL, len(backends), self.max_nodes, False, True)
         if self._sched == ffi.NULL:
             raise RuntimeError("ggml_backend_sched_new failed")
+        # Each measuring pass splits the graph, and ggml's split rewires every node whose source lives on another
+        # backend to a copy made in the scheduler's own context (ggml_backend_sched_split_graph), which the reset
+        # after the pass frees: the sources are put back after each pass, or the final split wires the nodes to
+        # freed copies (on the H200: wrong products, then illegal memory accesses; a CPU-only scheduler makes no
+        # copies, which is why the CPU never showed it).
+        nodes = [lib.ggml_graph_node(self._gf, i) for i in range(lib.ggml_graph_n_nodes(self._gf))]
+        sources = [tuple(node.src) for node in nodes]
+
+        def restore_sources() -> None:
+            for node, src in zip(nodes, sources):
+                node.src = src
+
         self._check_memory(backends)
-        # Reserve before allocating: ggml 0.20.2's ggml_backend_sched_alloc_graph ignored a failed buffer
-        # allocation in its retry path and then wrote through the missing buffer (SIGSEGV); reserve reports it.
-        if not lib.ggml_backend_sched_reserve(self._sched, self._gf) or \
-                not lib.ggml_backend_sched_alloc_graph(self._sched, self._gf):
+        restore_sources()
+        # Reserve before allocating: it allocates the buffers that the measurement only sized (alloc_graph right
+        # after a measurement would take the plan as current and write through buffers never allocated), and
+        # reports a failed allocation.
+        ok = lib.ggml_backend_sched_reserve(self._sched, self._gf)
+        restore_sources()
+        if not ok or not lib.ggml_backend_sched_alloc_graph(self._sched, self._gf):
             raise MemoryError(f"could not allocate {self.what} on {self.runtime.device.spec} "
                               "(out of device memory)")
 
@@ -215,9 +230,6 @@ class Graph:
         """Measure the compute buffers the graph needs (nothing is allocated) against what each device has."""
         sizes = ffi.new("size_t[]", len(backends))
         lib.ggml_backend_sched_reserve_size(self._sched, self._gf, sizes)
-        # reserve_size leaves the graph split (its copies of cross-backend inputs made) and the scheduler not
-        # reset; splitting again on top of that mis-wired a CUDA + CPU scheduler's inputs (wrong products,
-        # then illegal memory accesses on the H200), where a CPU-only scheduler, which makes no copies, was fine.
         lib.ggml_backend_sched_reset(self._sched)
         for backend, size in zip(backends, sizes):
             free = memory.available(backend)
