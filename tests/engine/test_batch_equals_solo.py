@@ -87,8 +87,22 @@ def test_packed_lm_step_equals_solo_bit_for_bit(ov):
             packed = s.step([tokens[i] for i in order])
         for j, i in enumerate(order):
             assert sorted(packed[j]) == sorted(alone[i])
+            if ov.lm.runtime.is_gpu:  # GPU kernels pick tiles by width: equal up to rounding, not bit for bit
+                assert_close_step(packed[j], alone[i], f"prompt {i} in {order}", gpu=True)
+                continue
             for name, value in packed[j].items():
                 np.testing.assert_array_equal(value, alone[i][name], err_msg=f"prompt {i} in {order}: {name}")
+
+
+def assert_close_step(got: dict, want: dict, what: str, gpu: bool) -> None:
+    """Logits within rounding, picks equal but for near-ties. The bound on GPUs: ggml's CUDA flash attention
+    rounds K/V to F16 even for F32 weights (the full-size F32 parity run: 4.2e-3 at logit scale 8.3)."""
+    atol = 1e-3 if gpu else 2e-5
+    for name in ("cond_logits", "uncond_logits"):
+        if name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=0, atol=atol * np.abs(want[name]).max(),
+                                       err_msg=f"{what}: {name}")
+    assert np.mean(got["pred"] == want["pred"]) > 0.99, what
 
 
 def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf):
@@ -115,10 +129,7 @@ def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf):
     finally:
         padded_lm.close()
     for i, (a, b) in enumerate(zip(got, expected)):
-        for name in ("cond_logits", "uncond_logits"):
-            np.testing.assert_allclose(a[name], b[name], rtol=0, atol=2e-5 * np.abs(b[name]).max(),
-                                       err_msg=f"prompt {i}: {name}")
-        assert np.mean(a["pred"] == b["pred"]) > 0.99
+        assert_close_step(a, b, f"prompt {i}", gpu=ov.lm.runtime.is_gpu)
 
 
 def test_a_batch_that_does_not_fit_is_halved(ov, monkeypatch):

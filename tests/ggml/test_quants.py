@@ -7,7 +7,7 @@ import gguf
 import numpy as np
 import pytest
 
-from omnivoice.ggml import Graph, WeightStore, lib
+from omnivoice.ggml import Graph, Runtime, WeightStore, lib
 from omnivoice.ggml import quants
 
 K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
@@ -76,12 +76,10 @@ def test_cpu_product_and_gather(runtime, rng, weights, name):
 
 
 
-def test_repacked_k_quants_multiply_as_the_plain_ones(runtime, rng):
+def test_repacked_k_quants_multiply_as_the_plain_ones(rng):
     """A K-quant file's matrices through main's repack path (WeightStore.upload's `repack`): the types ggml
     re-lays out on this CPU (Runtime.repacks: Q4_K with AVX2) go to CPU_REPACK, the others (Q6_K on x86) and the
     F32 vector stay in place in the mapped region; the products agree with the plain layout's to rounding."""
-    from omnivoice.ggml import ffi
-
     w4 = (rng.standard_normal((64, 512)) * 0.05).astype(np.float32)
     w6 = (rng.standard_normal((16, 512)) * 0.05).astype(np.float32)
     q4, q6 = quants.quantize(w4, ggml_type("Q4_K")), quants.quantize(w6, ggml_type("Q6_K"))
@@ -95,25 +93,33 @@ def test_repacked_k_quants_multiply_as_the_plain_ones(runtime, rng):
         at += blob.nbytes
     x = rng.standard_normal((5, 512)).astype(np.float32)
     out = {}
-    for repack in (None, lambda name: name != "norm"):
-        with WeightStore(runtime, region=region) as ws, Graph(runtime) as g:
-            t4 = ws.add("w4", ggml_type("Q4_K"), [512, 64], views[0])
-            tn = ws.add("norm", lib.GGML_TYPE_F32, [512], views[1])
-            t6 = ws.add("w6", ggml_type("Q6_K"), [512, 16], views[2])
-            ws.upload(in_place=True, repack=repack)
-            where = {n: ffi.string(lib.ggml_backend_buffer_name(t.buffer)).decode()
-                     for n, t in (("w4", t4), ("w6", t6), ("norm", tn))}
-            packed = repack is not None and runtime.repacks(ggml_type("Q4_K"), [512, 64])
-            assert (where["w4"] == "CPU_REPACK") == packed
-            assert where["norm"] != "CPU_REPACK"
-            assert (where["w6"] == "CPU_REPACK") == (repack is not None and runtime.repacks(ggml_type("Q6_K"),
-                                                                                          [512, 16]))
-            xt = g.input("x", np.float32, (5, 512))
-            xn = lib.ggml_mul(g.ctx, xt, tn)
-            g.output("y4", lib.ggml_mul_mat(g.ctx, t4, xn))
-            g.output("y6", lib.ggml_mul_mat(g.ctx, t6, xn))
-            g.allocate()
-            out[repack is not None] = g.compute(x=x)
+    with Runtime("cpu") as runtime:  # CPU_REPACK is the CPU backend's (a GPU runtime refuses in-place weights)
+        for repack in (None, lambda name: name != "norm"):
+            out[repack is not None] = _product_through_store(runtime, region, views, x, repack)
     for k in ("y4", "y6"):
         a, b = out[False][k], out[True][k]
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-5 * np.abs(a).max())
+
+
+def _product_through_store(runtime, region, views, x, repack) -> dict:
+    """y4, y6 of the repack test's weights uploaded in place (with `repack`), buffers as expected."""
+    from omnivoice.ggml import ffi
+
+    with WeightStore(runtime, region=region) as ws, Graph(runtime) as g:
+        t4 = ws.add("w4", ggml_type("Q4_K"), [512, 64], views[0])
+        tn = ws.add("norm", lib.GGML_TYPE_F32, [512], views[1])
+        t6 = ws.add("w6", ggml_type("Q6_K"), [512, 16], views[2])
+        ws.upload(in_place=True, repack=repack)
+        where = {n: ffi.string(lib.ggml_backend_buffer_name(t.buffer)).decode()
+                 for n, t in (("w4", t4), ("w6", t6), ("norm", tn))}
+        packed = repack is not None and runtime.repacks(ggml_type("Q4_K"), [512, 64])
+        assert (where["w4"] == "CPU_REPACK") == packed
+        assert where["norm"] != "CPU_REPACK"
+        assert (where["w6"] == "CPU_REPACK") == (repack is not None and runtime.repacks(ggml_type("Q6_K"),
+                                                                                      [512, 16]))
+        xt = g.input("x", np.float32, (5, 512))
+        xn = lib.ggml_mul(g.ctx, xt, tn)
+        g.output("y4", lib.ggml_mul_mat(g.ctx, t4, xn))
+        g.output("y6", lib.ggml_mul_mat(g.ctx, t6, xn))
+        g.allocate()
+        return g.compute(x=x)

@@ -16,7 +16,17 @@ pip=(python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3
 "${pip[@]}" -d "$D" jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==0.28.0
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 "${pip[@]}" -d "$T" ray==2.60.0
-python3 -m zipfile -e "$T"/ray-*.whl "$T/x"
+# extracted keeping each file's mode (zipfile -e drops it: gcs_server and raylet then fail with EACCES)
+python3 - "$T" <<'EOF'
+import pathlib, sys, zipfile
+t = pathlib.Path(sys.argv[1])
+with zipfile.ZipFile(next(t.glob("ray-*.whl"))) as z:
+    for info in z.infolist():
+        path = pathlib.Path(z.extract(info, t / "x"))
+        mode = info.external_attr >> 16
+        if mode and not info.is_dir():
+            path.chmod(mode & 0o777)
+EOF
 rm -rf "$T/x/ray/jars" "$T/x/ray/rllib" "$T/x/ray/serve" "$T/x/ray/dashboard/client/build"
 tar -C "$T/x" -cf - . | xz -T0 -6 > "$D/ray.tar.xz"
 ls -la "$D"
