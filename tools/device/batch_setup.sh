@@ -28,7 +28,8 @@ if [ "$BACKEND" = cuda ]; then
       "${ours[@]}" || return 1
     if ls .whl/omnivoice-*.whl >/dev/null 2>&1; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/ref-site" \
-        .whl/omnivoice-*.whl .whl/pydub-*.whl || return 1
+        .whl/omnivoice-*.whl .whl/pydub-*.whl .whl/soundfile-*.whl .whl/cffi-*.whl .whl/pycparser-*.whl || return 1
+      # (the reference's worker sees only ref-site: without soundfile its import failed on the H200)
     fi
     touch "$W/site/.done"
   fi
