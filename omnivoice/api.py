@@ -131,13 +131,16 @@ class OmniVoice:
 
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
                  n_threads: Optional[int] = None, quant: str = "auto", flash_attn: Optional[bool] = None,
-                 clamp_fp16: bool = False) -> None:
+                 clamp_fp16: bool = False, exact_f32: Optional[bool] = None) -> None:
         """Load the LM, the codec and the tokenizer onto `backend` (auto, cpu, cuda, vulkan, metal[:N]).
 
         `model`: an LM GGUF, a folder of converted GGUFs, a checkpoint directory or a Hugging Face repo id (see
         omnivoice.resolve). `quant` is the LM weight type to convert a checkpoint to or to pick from a folder or a
         repo of GGUFs (f32, f16, bf16, q8_0, q4_k_m, ...; `auto`: by backend, see resolve.default_quant).
-        `n_threads`: CPU threads (default: the cores free for this process, see ggml.threads).
+        `n_threads`: CPU threads (default: the cores free for this process, see ggml.threads). `exact_f32`:
+        float32 arithmetic where a GPU backend would round (Vulkan's float32 shaders, F32 K/V in attention);
+        default: on when `quant` is "f32" (asking for F32 weights asks for F32 results) or OMNIVOICE_EXACT_F32=1.
+        Vulkan takes it once per process (see ggml.Runtime).
         """
         from .codec import load_codec
         from .ggml import Runtime
@@ -152,7 +155,8 @@ class OmniVoice:
             raise ValueError(f"quant must be auto or one of {', '.join(REPO_QUANT_ORDER)}, got {quant!r}")
         self._lock = threading.RLock()
         self.pipeline: Optional[Pipeline] = None
-        self.runtime = Runtime(backend, n_threads)
+        self.runtime = Runtime(backend, n_threads, exact_f32=True if exact_f32 is None and quant == "f32"
+                               else exact_f32)
         try:
             lm_path, codec_path = resolve_model(model, codec, quant, prefer=default_quant(self.runtime.device.backend))
             self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16)

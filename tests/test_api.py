@@ -201,3 +201,15 @@ def test_a_closed_object_says_so(tiny_gguf):
         ov.synthesize("Hi.")
     with pytest.raises(ValueError, match="n_threads"):
         omnivoice.OmniVoice(str(tiny_gguf["f32"]), n_threads=0)
+
+
+@pytest.mark.parametrize("quant,exact,env", [("f32", None, ""), ("auto", None, ""), ("f32", False, ""),
+                                             ("auto", None, "1"), ("auto", True, "")])
+def test_exact_f32_follows_an_f32_request(tiny_gguf, monkeypatch, quant, exact, env):
+    """Asking for F32 weights asks for F32 arithmetic (Vulkan's float32 shaders, F32 K/V): exact_f32 defaults to
+    on with quant="f32", else to OMNIVOICE_EXACT_F32; an explicit value wins."""
+    monkeypatch.setenv("OMNIVOICE_EXACT_F32", env)
+    with omnivoice.OmniVoice(str(tiny_gguf["f32"]), str(tiny_gguf["codec"]), backend="cpu", quant=quant,
+                             exact_f32=exact) as tts:
+        want = exact if exact is not None else (quant == "f32" or env == "1")
+        assert tts.runtime.exact_f32 is want
