@@ -207,8 +207,8 @@ class Graph:
         # backend to a copy made in the scheduler's own context (ggml_backend_sched_split_graph), which the reset
         # after the pass frees: the sources are put back after each pass, or the final split wires the nodes to
         # freed copies (on the H200: wrong products, then illegal memory accesses; a CPU-only scheduler makes no
-        # copies, which is why the CPU never showed it).
-        nodes = [lib.ggml_graph_node(self._gf, i) for i in range(lib.ggml_graph_n_nodes(self._gf))]
+        # copies, which is why the CPU never showed it; with one backend there is nothing to put back).
+        nodes = [lib.ggml_graph_node(self._gf, i) for i in range(n_nodes)] if len(backends) > 1 else []
         sources = [tuple(node.src) for node in nodes]
 
         def restore_sources() -> None:
