@@ -181,6 +181,9 @@ def main(argv=None) -> int:
     p.add_argument("--ref-timeout", type=float, default=600)
     p.add_argument("--write-manifest", metavar="JSONL",
                    help="only write the requests of the first size as a batch manifest (the clip beside it), exit")
+    p.add_argument("--profile", action="store_true",
+                   help="after each size, one more batched run with the engine's wall time by phase (device runs, "
+                        "host's MaskGIT, decode, ...) and, under cProfile, the host functions that cost most")
     p.add_argument("--json", help="write every figure here (rewritten after each size)")
     p.add_argument("--markdown", help="write the table here")
     args = p.parse_args(argv)
@@ -253,6 +256,8 @@ def main(argv=None) -> int:
                 row.update({"one_by_one_wall_s": min(walls["one"]), "one_by_one_audio_per_s": audio_s / min(walls["one"]),
                             "ratio": min(walls["one"]) / min(walls["batch"]), "one_by_one_peak_bytes": peaks["one"],
                             "tokens_equal": tokens_equal(outs["one"], outs["batch"])})
+            if args.profile:
+                row["profile"] = profile_batched(ov, requests, n)
             if args.checkpoint and args.ref_python:
                 row["reference"] = run_reference(args, requests, n, work)
             rows.append(row)
@@ -266,6 +271,44 @@ def main(argv=None) -> int:
     if args.markdown:
         Path(args.markdown).write_text(table)
     return 0
+
+
+def profile_batched(ov, requests: list[dict], n: int, top: int = 25) -> dict:
+    """One batched run through an engine of our own: its wall seconds by phase; then the same run under
+    cProfile, the host functions by own time (cProfile slows Python, so only the ranking counts)."""
+    import cProfile
+    import io
+    import pstats
+
+    from omnivoice.engine import BatchEngine
+    from omnivoice.engine.offline import prepare, run_batch
+
+    prepared = [(i, r, s) for i, (r, s) in enumerate(prepare(requests))]
+    out = {}
+    for label in ("plain", "cprofile"):
+        prof = cProfile.Profile() if label == "cprofile" else None
+        with BatchEngine(ov, max_batch=n) as engine:
+            t0 = time.perf_counter()
+            if prof:
+                prof.enable()
+            for _ in run_batch(ov, prepared, n, engine=engine):
+                pass
+            if prof:
+                prof.disable()
+            wall = time.perf_counter() - t0
+        if prof is None:
+            out = {"wall_s": wall, "steps": engine.stats["steps"], "graphs": engine.stats["graphs"],
+                   "phases_s": dict(engine.timings)}
+            phases = ", ".join(f"{k} {v:.2f}" for k, v in engine.timings.items())
+            print(f"N={n} profile: {wall:.2f} s wall, {engine.stats['steps']} steps, {engine.stats['graphs']} "
+                  f"graphs; seconds by phase: {phases}", file=sys.stderr)
+        else:
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+            out["cprofile_wall_s"] = wall
+            out["cprofile_top"] = text.getvalue()
+            print(text.getvalue(), file=sys.stderr)
+    return out
 
 
 def markdown(rows: list[dict]) -> str:

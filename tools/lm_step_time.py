@@ -48,7 +48,7 @@ def timed_step(session, tokens) -> tuple[float, float, float, float]:
     seconds of the process over the whole step (all threads: with one thread, what the step costs even when
     other work shares the cores; with several, ggml's spinning threads count too)."""
     c0, t0 = time.process_time(), time.perf_counter()
-    ids = session._audio_ids([tokens])
+    ids = session._audio_ids(tokens)
     t1 = time.perf_counter()
     g = session.graph
     g.compute(outputs=[], audio_ids=ids)
@@ -71,7 +71,7 @@ def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         for _ in range(n_steps):
-            session.step([tokens])
+            session.step(tokens)
         wall = (time.perf_counter() - t0) / n_steps
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for ev in prof.events():
@@ -88,6 +88,11 @@ def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
         print(f"    {ms / n_steps:8.3f} ms {n / n_steps:6.0f}x  {name[:110]}")
     return {"wall_ms": 1000 * wall, "gpu_ms": total, "kernels": n_kernels,
             "top": [(name[:200], ms / n_steps, n / n_steps) for name, (ms, n) in rows[:top]]}
+
+
+def variant_name(variant) -> str:
+    """'kv_rows' for Variant(kv_rows=True), 'none' for the plain graph."""
+    return ",".join(n for n, on in vars(variant).items() if on) or "none"
 
 
 def ggml_version() -> str:
@@ -109,10 +114,13 @@ def main() -> int:
     p.add_argument("--backend", default="cpu")
     p.add_argument("--threads", type=int)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--batch", default="1", help="comma list of packed prompts per step (the batched engine's "
+                   "graph: N copies of each shape with different ids), e.g. 1,16,64")
     p.add_argument("--flash", choices=("auto", "on", "off"), default="auto", help="flash attention")
     p.add_argument("--stack", choices=("auto", "on", "off"), default="auto",
                    help="q/k/v and gate/up as one matrix each (default: on GPUs)")
-    p.add_argument("--variant", default="", help="graph variant(s), e.g. qk_rope,kv_rows (default: none)")
+    p.add_argument("--variant", default=None,
+                   help="graph variant(s), e.g. qk_rope,kv_rows, or none (default: the runtime's, see LanguageModel)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="kernel profile of N steps (CUDA)")
     p.add_argument("--json", type=Path, help="append one JSON line per measurement")
     p.add_argument("--label", default="", help="free text stored with each JSON line")
@@ -122,7 +130,7 @@ def main() -> int:
     from omnivoice.runners.lm import LanguageModel
 
     on_off = {"auto": None, "on": True, "off": False}
-    variant = Variant.parse(args.variant)
+    variant = None if args.variant is None else Variant.parse(args.variant)
     flash = on_off[args.flash]
     with Runtime(args.backend, args.threads) as rt:
         print(f"{rt}, ggml {ggml_version()}")
@@ -130,26 +138,27 @@ def main() -> int:
             lm = LanguageModel(rt, args.gguf_dir / f"omnivoice-base-{q.upper()}.gguf", flash_attn=flash,
                                stack_projections=on_off[args.stack], variant=variant)
             stacked = lm.weights.layers[0].qkv is not None
-            for shape in args.shapes.split(","):
-                pr = prompt(*(SHAPES[shape] if shape in SHAPES else map(int, shape.split(":"))))
-                tokens = pr.input_ids[:, -pr.n_target:]
-                with lm.session([pr], 2.0, greedy=True) as s:
+            for shape, batch in [(s, int(b)) for s in args.shapes.split(",") for b in args.batch.split(",")]:
+                dims = SHAPES[shape] if shape in SHAPES else tuple(map(int, shape.split(":")))
+                prs = [prompt(*dims, seed=i) for i in range(batch)]
+                tokens = [pr.input_ids[:, -pr.n_target:] for pr in prs]
+                with lm.session(prs, 2.0, greedy=True) as s:
                     for _ in range(2):
-                        s.step([tokens])
+                        s.step(tokens)
                     parts = np.array([timed_step(s, tokens) for _ in range(args.repeats)])
                     prep, run, read, cpu = 1000 * np.median(parts, axis=0)
                     total = 1000 * np.median(parts[:, :3].sum(axis=1))
-                    print(f"{q:5s} {shape:7s} L={s.L:5d} {total:8.2f} ms/step (prepare {prep:.2f}, run {run:.2f}, "
+                    print(f"{q:5s} {shape:7s} x{batch:<3d} L={s.L:6d} {total:8.2f} ms/step (prepare {prep:.2f}, run {run:.2f}, "
                           f"read {read:.2f}; CPU {cpu:.0f} ms; flash {'on' if lm.flash_attn else 'off'}, stacked {stacked}, "
-                          f"variant {args.variant or 'none'}, {s.graph.n_nodes} nodes)", flush=True)
+                          f"variant {variant_name(lm.variant)}, {s.graph.n_nodes} nodes)", flush=True)
                     prof = kernel_profile(s, tokens, args.profile) if args.profile else None
                 if args.json:
                     with args.json.open("a") as f:
                         f.write(json.dumps({"label": args.label, "backend": args.backend, "weights": q,
-                                            "shape": shape, "L": s.L, "ms_per_step": total, "prepare_ms": prep,
+                                            "shape": shape, "batch": batch, "L": s.L, "ms_per_step": total, "prepare_ms": prep,
                                             "run_ms": run, "read_ms": read, "cpu_ms": cpu, "threads": rt.n_threads,
                                             "flash": lm.flash_attn, "stacked": stacked,
-                                            "variant": args.variant, "exact_f32": rt.exact_f32,
+                                            "variant": variant_name(lm.variant), "exact_f32": rt.exact_f32,
                                             "ggml": ggml_version(), "profile": prof}) + "\n")
             lm.close()
     return 0

@@ -13,6 +13,9 @@ bit those of its solo run (tests/engine).
         for task in engine.step():        # finished (task.result) or failed (task.error)
             ...
 
+On a GPU, from PIPELINE_MIN_REQUESTS on, the requests form two groups with a graph each: one group's graph runs
+on a worker thread while this thread makes the other group's MaskGIT choices (BatchEngine(pipeline=...)).
+
 Requests finish independently and free their slot; a long-form request contributes one chunk at a time, its
 chunks in order (chunk 0's tokens voice the later ones in auto and design modes, and one generator runs
 through all chunks, as in `synthesize`). The graph is rebuilt only when the set of packed chunks changes.
@@ -24,8 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Optional
 
@@ -95,24 +100,64 @@ class Task:
         self.cancelled = True
 
 
+# On a GPU the active requests form two groups with a packed graph each once at least this many run: one group's
+# graph runs (on a worker thread, ggml releasing the GIL) while the host makes the other group's MaskGIT
+# choices. On the H200 at 64 five-second requests the host's share was 1.8 s of 6.2 (29 %, BENCHMARKS.md), all
+# of it after the graph run. Below this count two graphs of half the width cost more GPU time than the host
+# work they hide (packed auto5 steps on the H200: 4.0 ms for one request, 9.0 ms for four, 30 ms for 16).
+PIPELINE_MIN_REQUESTS = 8
+
+
+class _Group:
+    """A share of the active tasks with its own packed graph, and its last graph run (if not yet collected:
+    in flight on the worker thread, or already made on the driving thread)."""
+
+    def __init__(self) -> None:
+        self.session = None
+        self.key: Optional[tuple] = None
+        self.inflight: Optional[tuple[list[Task], Future]] = None
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+        self.session, self.key = None, None
+
+
 class BatchEngine:
     """Runs many Tasks on one loaded `OmniVoice`, one packed LM graph per MaskGIT step (not thread-safe: one
-    thread drives it; omnivoice.engine.Engine runs it on a background thread)."""
+    thread drives it; omnivoice.engine.Engine runs it on a background thread).
 
-    def __init__(self, ov, max_batch: int | str = "auto", max_positions: Optional[int] = None) -> None:
+    `pipeline` (default: on GPUs; OMNIVOICE_PIPELINE=0/1 overrides) splits the active requests into two
+    groups whose graph runs alternate with the host's work on the other group; without it each step runs one
+    graph for all and then the host's work. A request's tokens do not depend on it (each request has its own
+    state and generator)."""
+
+    def __init__(self, ov, max_batch: int | str = "auto", max_positions: Optional[int] = None,
+                 pipeline: Optional[bool] = None) -> None:
         self.ov = ov
         self.pipeline, self.lm, self.codec = ov.pipeline, ov.lm, ov.codec
         self.limits: Limits = resolve_limits(ov, max_batch, max_positions)
         self.pending: deque[Task] = deque()
         self.active: list[Task] = []
         self.voices = VoiceCache(ov)
-        self._session = None
-        self._key: Optional[tuple] = None
+        if pipeline is None:
+            env = os.environ.get("OMNIVOICE_PIPELINE")
+            pipeline = env == "1" if env in ("0", "1") else self.lm.runtime.is_gpu
+        self.pipelined = bool(pipeline)
+        self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]
+        self._member: dict[int, int] = {}   # id(task) -> group index
+        self._worker: Optional[ThreadPoolExecutor] = None
         self._decodes: list[tuple[Task, list[np.ndarray], Optional[VoicePrompt]]] = []
         self._finished: list[Task] = []
         self.stats = {"steps": 0, "graphs": 0, "packed_requests": 0}
-        # The model's graphs and buffers serve one caller at a time: each round holds the OmniVoice's lock, so
-        # synthesize() or create_voice() from another thread runs between two steps, not inside one.
+        # Wall seconds by phase (what a profile of the engine needs first: device-bound or host-bound):
+        # admit (voices, plans, prompts), graph (building packed graphs), the LM steps' ids, graph runs and
+        # read-backs (on the worker thread when pipelined), wait (the driving thread waiting for a graph run:
+        # device-bound time), maskgit (the host's choices), decode (codec and post-processing).
+        self.timings = dict.fromkeys(("admit", "graph", "lm_ids", "lm_run", "lm_read", "wait", "maskgit",
+                                      "decode"), 0.0)
+        # The model's graphs and buffers serve one caller at a time: graph runs, builds, encodes and decodes
+        # hold the OmniVoice's lock, so synthesize() or create_voice() from another thread runs between them.
         self._model_lock = getattr(ov, "_lock", None) or contextlib.nullcontext()
 
     # ------------------------------------------------------------------------------------------ queue
@@ -122,27 +167,43 @@ class BatchEngine:
 
     @property
     def busy(self) -> bool:
-        return bool(self.pending or self.active or self._decodes)
+        return bool(self.pending or self.active or self._decodes or any(g.inflight for g in self._groups))
 
     @property
     def composition_changed(self) -> bool:
         """Whether the next step needs a new graph anyway (a chunk finished or was dropped)."""
-        return self._key != self._current_key()
+        return any(g.key != (self._group_key(i) or None) for i, g in enumerate(self._groups))
 
-    def _current_key(self) -> tuple:
-        return tuple((id(t), t.serial) for t in self.active)
+    def _group_tasks(self, i: int) -> list[Task]:
+        return [t for t in self.active if self._member.get(id(t)) == i]
+
+    def _group_key(self, i: int) -> tuple:
+        return tuple((id(t), t.serial) for t in self._group_tasks(i))
 
     # ------------------------------------------------------------------------------------------ stepping
     def step(self, admit: bool = True) -> list[Task]:
-        """One round: drop cancelled tasks, admit pending ones (if `admit`), run one MaskGIT step for every
-        active chunk, decode what finished. Returns the tasks that finished (result or error) in this round."""
-        with self._model_lock:
-            self._drop_cancelled()
-            if admit:
-                self._admit()
-            if self.active:
-                self._lm_step()
-            self._flush_decodes()
+        """One round: drop cancelled tasks, admit pending ones (if `admit`), one MaskGIT step for every active
+        chunk, decode what finished. Returns the tasks that finished (result or error) in this round.
+
+        Pipelined, a round collects each group's graph run launched in the round before (applying its choices)
+        and launches the group's next one, so the graphs keep running between rounds."""
+        self._drop_cancelled()
+        if admit and self.pending:
+            t0 = time.perf_counter()
+            self._admit()
+            self.timings["admit"] += time.perf_counter() - t0
+        for i, g in enumerate(self._groups):
+            if g.inflight is not None:
+                self._collect(g)
+            self._launch(i, g)
+        for g in self._groups:  # runs made here, not on the worker: their choices now
+            if g.inflight is not None and g.inflight[1].done():
+                self._collect(g)
+        if self._decodes:
+            t0 = time.perf_counter()
+            with self._model_lock:
+                self._flush_decodes()
+            self.timings["decode"] += time.perf_counter() - t0
         done, self._finished = self._finished, []
         return done
 
@@ -151,7 +212,6 @@ class BatchEngine:
             self.pending.remove(t)
             self._fail(t, Cancelled("synthesis cancelled"))
         for t in [t for t in self.active if t.cancelled]:
-            self.active.remove(t)
             self._fail(t, Cancelled("synthesis cancelled"))
 
     def _admit(self) -> None:
@@ -161,13 +221,18 @@ class BatchEngine:
             return
         # Clone references of the tasks about to start are encoded together.
         window = [t for t in list(self.pending)[:free] if t.needs_voice]
-        for t, outcome in zip(window, self.voices.get_many([t.request for t in window])):
+        if window:
+            # The lock only around the device's part: taking it waits for a pipelined graph run to end.
+            with self._model_lock:
+                outcomes = self.voices.get_many([t.request for t in window])
+        for t, outcome in zip(window, outcomes if window else []):
             if isinstance(outcome, BaseException):
                 self.pending.remove(t)
                 self._fail(t, outcome)
             else:
                 t.voice = outcome
         used = sum(t.positions for t in self.active)
+        admitted = []
         while self.pending and len(self.active) < lim.max_requests:
             t = self.pending[0]
             if t.needs_voice:
@@ -184,7 +249,19 @@ class BatchEngine:
             self.pending.popleft()
             t.t_started = time.perf_counter()
             self.active.append(t)
+            admitted.append(t)
             used += t.positions
+        self._assign(admitted)
+
+    def _assign(self, tasks: list[Task]) -> None:
+        """Put newly admitted tasks into groups: all into group 0 while few run, else each into the group with
+        fewer packed positions."""
+        loads = [sum(t.positions for t in self._group_tasks(i)) for i in range(len(self._groups))]
+        split = len(self._groups) > 1 and len(self.active) >= PIPELINE_MIN_REQUESTS
+        for t in tasks:
+            i = int(np.argmin(loads)) if split else 0
+            self._member[id(t)] = i
+            loads[i] += t.positions
 
     def _start_unit(self, t: Task) -> None:
         """Plan the task's next chunk (or sentence), build its prompt and a fresh MaskGIT state."""
@@ -204,51 +281,98 @@ class BatchEngine:
         t.positions = int(t.lm_prompt.input_ids.shape[1]) + int(chunk.n_target)
         t.serial += 1
 
-    def _lm_step(self) -> None:
-        tasks = list(self.active)
-        key = self._current_key()
-        if key != self._key:
-            self._close_session()
+    def _launch(self, i: int, g: _Group) -> None:
+        """Start the group's next graph run (its graph rebuilt first if its chunks changed): on the worker
+        thread when pipelined and another group has tasks, else here."""
+        tasks = self._group_tasks(i)
+        if not tasks:
+            if g.session is not None:
+                with self._model_lock:
+                    g.close()
+            return
+        key = self._group_key(i)
+        if key != g.key:
+            t0 = time.perf_counter()
             sampler = [t.settings.sampler for t in tasks]
             try:
-                self._session = self.lm.session([t.lm_prompt for t in tasks], [s.guidance_scale for s in sampler],
+                with self._model_lock:
+                    g.close()
+                    g.session = self.lm.session([t.lm_prompt for t in tasks], [s.guidance_scale for s in sampler],
                                                 [s.class_temperature == 0 for s in sampler])
             except MemoryError as e:
                 self._shrink(tasks, e)
                 return
-            self._key = key
+            g.key = key
             self.stats["graphs"] += 1
+            self.timings["graph"] += time.perf_counter() - t0
+        tokens = [t.state.tokens for t in tasks]
+        future: Future
+        # Only with another group to alternate with: handing a lone group's run to the worker thread gains
+        # nothing and costs two thread switches per step (each waits for the GIL while the other thread runs
+        # Python), which a lone streamed request's first audio would pay 32 times.
+        if self.pipelined and any(self._group_tasks(j) for j in range(len(self._groups)) if j != i):
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="omnivoice-lm")
+            future = self._worker.submit(self._run, g.session, tokens)
+        else:
+            future = Future()
+            try:
+                future.set_result(self._run(g.session, tokens))
+            except Exception as e:
+                future.set_exception(e)
+        g.inflight = (tasks, future)
+
+    def _run(self, session, tokens: list[np.ndarray]) -> list[dict]:
+        with self._model_lock:
+            out = session.step(tokens)
+        for name, dt in zip(("lm_ids", "lm_run", "lm_read"), session.times):
+            self.timings[name] += dt
+        return out
+
+    def _collect(self, g: _Group) -> None:
+        """Wait for the group's graph run and apply each task's choices (tasks dropped meanwhile skipped)."""
+        tasks, future = g.inflight
+        g.inflight = None
+        t0 = time.perf_counter()
         try:
-            outputs = self._session.step([t.state.tokens for t in tasks])
+            outputs = future.result()
         except MemoryError as e:
-            self._close_session()
-            self._shrink(tasks, e)
+            with self._model_lock:
+                g.close()
+            self._shrink([t for t in tasks if not t.finished], e)
             return
-        choices = step_many([t.state for t in tasks], outputs)
-        for t, c in zip(tasks, choices):
+        t1 = time.perf_counter()
+        live = [(t, out) for t, out in zip(tasks, outputs) if not t.finished]
+        choices = step_many([t.state for t, _ in live], [out for _, out in live])
+        for (t, _), c in zip(live, choices):
             if isinstance(c, Exception):  # NaN scores or the like: this request fails, the others go on
                 self._fail(t, c)
         self.stats["steps"] += 1
-        self.stats["packed_requests"] += len(tasks)
-        for t in tasks:
+        self.stats["packed_requests"] += len(live)
+        for t, _ in live:
             if t.finished:
                 continue
             t.steps_done += 1
             if t.state.done:
                 self._unit_done(t)
+        self.timings["wait"] += t1 - t0
+        self.timings["maskgit"] += time.perf_counter() - t1
 
     def _shrink(self, tasks: list[Task], error: MemoryError) -> None:
         """The packed graph did not fit: put the later half of the tasks back at the head of the queue (their
         MaskGIT states kept: nothing was applied) and lower the position budget to what stays. A request that
         does not fit alone fails with the MemoryError."""
+        if not tasks:
+            return
         if len(tasks) == 1:
             self._fail(tasks[0], error)
             return
         keep, back = tasks[:len(tasks) // 2], tasks[len(tasks) // 2:]
         for t in reversed(back):
             self.active.remove(t)
+            self._member.pop(id(t), None)
             self.pending.appendleft(t)
-        self.limits = replace(self.limits, max_positions=sum(t.positions for t in keep))
+        self.limits = replace(self.limits, max_positions=sum(t.positions for t in self.active))
         log.warning("batch of %d requests did not fit in memory; continuing with %d (at most %d positions)",
                     len(tasks), len(keep), self.limits.max_positions)
 
@@ -270,6 +394,7 @@ class BatchEngine:
                 self._decodes.append((t, list(t.tokens), t.voice))
         if not more:
             self.active.remove(t)
+            self._member.pop(id(t), None)
             return
         try:
             self._start_unit(t)
@@ -324,17 +449,21 @@ class BatchEngine:
         t.state = None
         if t in self.active:
             self.active.remove(t)
+            self._member.pop(id(t), None)
         self._finished.append(t)
 
     # ------------------------------------------------------------------------------------------ lifetime
-    def _close_session(self) -> None:
-        if self._session is not None:
-            self._session.close()
-        self._session, self._key = None, None
-
     def close(self) -> None:
-        """Free the graph; tasks still queued or running fail with Cancelled."""
-        self._close_session()
+        """Wait for graph runs in flight, free the graphs; tasks still queued or running fail with Cancelled."""
+        for g in self._groups:
+            if g.inflight is not None:
+                g.inflight[1].exception()  # wait; its outcome no longer matters
+                g.inflight = None
+            with self._model_lock:
+                g.close()
+        if self._worker is not None:
+            self._worker.shutdown()
+            self._worker = None
         for t in list(self.pending) + list(self.active):
             self._fail(t, Cancelled("engine closed"))
         self.pending.clear()

@@ -17,6 +17,8 @@ from typing import Optional
 
 import numpy as np
 
+from ..runners.lm import MAX_GPU_POSITIONS
+
 log = logging.getLogger("omnivoice")
 
 # Share of the free memory the LM's compute buffer may take: the codec's graphs, the host's copies of the
@@ -78,17 +80,21 @@ def measure_lm(lm, n_text: int = 64, n_target: int = 128) -> tuple[float, float]
 
 def resolve_limits(ov, max_batch="auto", max_positions: Optional[int] = None) -> Limits:
     """Limits for an engine on `ov`: an int `max_batch` is the request count (positions unlimited unless
-    `max_positions` is given); "auto" takes the count by device kind and the positions from free memory."""
+    `max_positions` is given); "auto" takes the count by device kind and the positions from free memory. On a
+    GPU the positions never exceed what one graph may hold (runners.lm.MAX_GPU_POSITIONS)."""
+    runtime = ov.lm.runtime
     if max_batch != "auto":
         if isinstance(max_batch, bool) or not isinstance(max_batch, (int, np.integer)) or max_batch < 1:
             raise ValueError(f"batch size must be a positive integer or 'auto', got {max_batch!r}")
-        return Limits(int(max_batch), max_positions)
-    runtime = ov.lm.runtime
-    count = AUTO_MAX_REQUESTS_GPU if runtime.is_gpu else AUTO_MAX_REQUESTS_CPU
-    if max_positions is None:
-        per_position, fixed = measure_lm(ov.lm)
-        budget = MEMORY_SHARE * free_memory(runtime) - fixed
-        max_positions = max(1, int(budget / per_position)) if per_position > 0 else None
-        log.info("batch size auto: up to %d requests, %s packed positions (%.0f KiB per position)", count,
-                 max_positions, per_position / 1024)
+        count = int(max_batch)
+    else:
+        count = AUTO_MAX_REQUESTS_GPU if runtime.is_gpu else AUTO_MAX_REQUESTS_CPU
+        if max_positions is None:
+            per_position, fixed = measure_lm(ov.lm)
+            budget = MEMORY_SHARE * free_memory(runtime) - fixed
+            max_positions = max(1, int(budget / per_position)) if per_position > 0 else None
+            log.info("batch size auto: up to %d requests, %s packed positions (%.0f KiB per position)", count,
+                     max_positions, per_position / 1024)
+    if runtime.is_gpu:
+        max_positions = min(max_positions or MAX_GPU_POSITIONS, MAX_GPU_POSITIONS)
     return Limits(count, max_positions)

@@ -195,6 +195,14 @@ class PaddedSegments:
 
     buckets: tuple
     gather: object  # int32 [L]: row of each packed position in the buckets' outputs, joined in order
+    # K and V written straight into the padded layout (all buckets' rows joined, R = sum of length * count) in
+    # flash attention's K/V type: set_rows over `rows` (I64 [L], `gather`'s rows) into `k_rows` and `v_rows`
+    # [D * Hkv, R], constants zeroed once so that padding rows stay finite (a masked key's weight is 0, and
+    # 0 * NaN would not be). One pair serves every layer: the backends run a graph's nodes in order, so a layer's
+    # set_rows comes after the previous layer's attention has read the buffers. None: gathered like Q, then cast.
+    rows: object = None
+    k_rows: object = None
+    v_rows: object = None
 
 
 def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_kv: int | None):
@@ -205,22 +213,33 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_
     attended with a mask that hides every segment's padding keys, and gathered back. On a GPU a batch of 64
     requests then runs a few attention kernels per layer rather than 128 small ones in a row; the arithmetic
     of a real row is the same up to summation order (the CPU keeps segmented_attention: bit-exact per
-    request)."""
+    request). With `padded.k_rows`, K and V are scattered into the padded layout already in the K/V type: one
+    set_rows each per layer instead of a gather and a cast per bucket (on the H200 at 64 packed requests the
+    casts alone took 10 of a step's 113 ms; ggml's F32 -> F16 copy is a scalar kernel)."""
     D, H, Hkv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
-    # one row per position, [D*heads, L] (a view: get_rows reads rows at any stride)
+    # one row per position, [D*heads, L] (a view: get_rows and set_rows read rows at any stride)
     q2, k2, v2 = (lib.ggml_view_2d(ctx, x, x.ne[0] * x.ne[1], x.ne[2], x.nb[2], 0) for x in (q, k, v))
+    scattered = padded.k_rows is not None and k.type == types.F32
+    if scattered:
+        k2 = lib.ggml_set_rows(ctx, padded.k_rows, k2, padded.rows)                          # [D*Hkv, R]
+        v2 = lib.ggml_set_rows(ctx, padded.v_rows, v2, padded.rows)
     scale = 1.0 / math.sqrt(cfg.head_dim)
     outs = []
+    first = 0  # the bucket's first row in the joined padded layout
     for b in padded.buckets:
         P, S = b.length, b.count
 
         def rows(x, heads):
-            r = lib.ggml_get_rows(ctx, x, b.index)                                              # [D*heads, P*S]
-            if flash_kv is not None and heads != H and flash_kv != r.type:
-                r = lib.ggml_cast(ctx, r, flash_kv)  # while contiguous (see nn.attention)
+            if scattered and heads != H:
+                r = lib.ggml_view_2d(ctx, x, x.ne[0], P * S, x.nb[1], first * x.nb[1])           # [D*heads, P*S]
+            else:
+                r = lib.ggml_get_rows(ctx, x, b.index)                                          # [D*heads, P*S]
+                if flash_kv is not None and heads != H and flash_kv != r.type:
+                    r = lib.ggml_cast(ctx, r, flash_kv)  # while contiguous (see nn.attention)
             return lib.ggml_permute(ctx, lib.ggml_reshape_4d(ctx, r, D, heads, P, S), 0, 2, 1, 3)  # [D, P, heads, S]
 
         out = lib.ggml_flash_attn_ext(ctx, rows(q2, H), rows(k2, Hkv), rows(v2, Hkv), b.mask, scale, 0.0, 0.0)
+        first += P * S
         lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)                               # [D, H, P, S]
         outs.append(lib.ggml_reshape_2d(ctx, out, D * H, P * S))
     return lib.ggml_get_rows(ctx, concat(ctx, outs, 1), padded.gather)                         # [D*H, L]
@@ -244,7 +263,8 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
         q = named(nn.rope_neox(ctx, q, pos, cfg.rope_theta), "Qcur", il)
         k = named(nn.rope_neox(ctx, k, pos, cfg.rope_theta), "Kcur", il)
     named(v, "Vcur", il)
-    if variant.kv_rows and flash_kv is not None:
+    if variant.kv_rows and flash_kv is not None and not (isinstance(segments, PaddedSegments) and
+                                                         segments.k_rows is not None):
         k, v = rows_as(ctx, k, flash_kv, inputs.kv_rows), rows_as(ctx, v, flash_kv, inputs.kv_rows)
     if variant.one_attention:
         cur = nn.attention(ctx, q, k, v, inputs.attn_mask, 1.0 / math.sqrt(cfg.head_dim),

@@ -47,6 +47,30 @@ def test_mixed_batch_equals_solo_runs(ov, ref_clip, greedy):
         assert_same_result(result, solo(ov, req), req["id"])
 
 
+def test_pipelined_groups_equal_solo_runs(ov, ref_clip, monkeypatch):
+    """Pipelined (two groups whose graph runs alternate with the host's choices, on a worker thread; the GPU
+    default, forced here on the CPU) every request's result still equals its solo run."""
+    from omnivoice.engine import core
+
+    monkeypatch.setattr(core, "PIPELINE_MIN_REQUESTS", 2)
+    requests = mixed(ref_clip, greedy=False)
+    prepared = prepare(requests)
+    rounds = []
+    with BatchEngine(ov, max_batch=4, pipeline=True) as engine:
+        assign = engine._assign
+
+        def spy(tasks):
+            assign(tasks)
+            rounds.append([engine._member[id(t)] for t in tasks])
+
+        engine._assign = spy
+        outcomes = dict(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
+        assert engine.timings["lm_run"] > 0 and engine.timings["maskgit"] > 0
+    assert sorted(rounds[0]) == [0, 0, 1, 1], rounds  # the first four split evenly between the two groups
+    for i, req in enumerate(requests):
+        assert_same_result(outcomes[i], solo(ov, req), req["id"])
+
+
 def test_one_graph_serves_many_steps(ov):
     """Requests that start together and share a step count are packed into one graph for all their steps."""
     requests = [dict(text=f"Request number {i}.", seed=i, num_step=5) for i in range(4)]
@@ -96,18 +120,27 @@ def test_packed_lm_step_equals_solo_bit_for_bit(ov):
 
 def assert_close_step(got: dict, want: dict, what: str, gpu: bool) -> None:
     """Logits within rounding, picks equal but for near-ties. The bound on GPUs: ggml's CUDA flash attention
-    rounds K/V to F16 even for F32 weights (the full-size F32 parity run: 4.2e-3 at logit scale 8.3)."""
-    atol = 1e-3 if gpu else 2e-5
+    rounds K/V to F16 even for F32 weights (the full-size F32 parity run: 4.2e-3 at logit scale 8.3), and its
+    F32 products of at most 16 columns run on tensor cores with TF32 inputs (mmf.cu), which a prompt of a few
+    positions alone takes and the packed graph does not (the tiny model on the H200: 2.2e-3 of the scale)."""
+    atol = 5e-3 if gpu else 2e-5
     for name in ("cond_logits", "uncond_logits"):
         if name in want:
             np.testing.assert_allclose(got[name], want[name], rtol=0, atol=atol * np.abs(want[name]).max(),
                                        err_msg=f"{what}: {name}")
-    assert np.mean(got["pred"] == want["pred"]) > 0.99, what
+    if "pred" in want:  # greedy prompts
+        assert np.mean(got["pred"] == want["pred"]) > 0.99, what
+    else:  # sampling prompts: their guided log-probs
+        np.testing.assert_allclose(got["log_probs"], want["log_probs"], rtol=0,
+                                   atol=atol * np.abs(want["log_probs"]).max(), err_msg=f"{what}: log_probs")
 
 
-def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf):
-    """The GPU's attention layout (segments of similar length padded into one call per bucket) computes the
-    same logits as one call per segment, up to summation order; the CPU default keeps per-segment calls."""
+@pytest.mark.parametrize("kv", ["f32", "f16"])
+def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf, kv):
+    """The GPU's attention layout (segments of similar length padded into one call per bucket, K and V
+    scattered into it in their flash-attention type, F16 on GPUs) computes the same logits as one call per
+    segment, up to summation order; the CPU default keeps per-segment calls."""
+    from omnivoice.ggml import types
     from omnivoice.pipeline import Chunk
     from omnivoice.runners.lm import LanguageModel, padded_buckets
 
@@ -117,17 +150,25 @@ def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf):
               ("z" * 40, 125)]
     prompts = [ov.pipeline._prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
     tokens = [np.full((8, p.n_target), 1024, np.int32) for p in prompts]
-    padded_lm = LanguageModel(ov.lm.runtime, tiny_gguf["f32"], padded_attention=True)
-    assert padded_lm.padded_attention and not ov.lm.padded_attention
+    models = [LanguageModel(ov.lm.runtime, tiny_gguf["f32"], padded_attention=padded) for padded in (False, True)]
+    if not models[1].flash_attn:
+        for lm in models:
+            lm.close()
+        pytest.skip(f"the padded layout needs flash attention, which {ov.lm.runtime.device.spec} lacks for this "
+                    "model (head size 16, F32 K/V)")
+    assert models[1].padded_attention and not models[0].padded_attention
+    results, nodes = [], []
     try:
-        with ov.lm.session(prompts, 2.0, True, with_logits=True) as s:
-            expected = s.step(tokens)
-            per_segment_nodes = s.graph.n_nodes
-        with padded_lm.session(prompts, 2.0, True, with_logits=True) as s:
-            got = s.step(tokens)
-            assert s.graph.n_nodes < per_segment_nodes
+        for lm in models:
+            lm.flash_kv = types.F16 if kv == "f16" else types.F32
+            with lm.session(prompts, 2.0, True, with_logits=True) as s:
+                results.append(s.step(tokens))
+                nodes.append(s.graph.n_nodes)
     finally:
-        padded_lm.close()
+        for lm in models:
+            lm.close()
+    expected, got = results
+    assert nodes[1] < nodes[0]
     for i, (a, b) in enumerate(zip(got, expected)):
         assert_close_step(a, b, f"prompt {i}", gpu=ov.lm.runtime.is_gpu)
 

@@ -9,6 +9,7 @@ import soundfile as sf
 from omnivoice import InvalidRequests, SynthesisRequest
 from omnivoice.engine import Limits
 from omnivoice.engine.memory import free_memory, measure_lm, resolve_limits
+from omnivoice.runners.lm import MAX_GPU_POSITIONS
 
 
 def test_from_dict_names_unknown_fields():
@@ -76,8 +77,15 @@ def test_synthesize_batch_reports_every_bad_request_before_any_work(ov, monkeypa
     assert not calls
 
 
-def test_limits(ov):
-    assert resolve_limits(ov, 5) == Limits(5, None)
+def test_limits(ov, monkeypatch):
+    gpu = ov.lm.runtime.is_gpu
+    assert resolve_limits(ov, 5) == Limits(5, MAX_GPU_POSITIONS if gpu else None)
+    # On a GPU one graph holds at most MAX_GPU_POSITIONS packed positions, whatever is asked for.
+    monkeypatch.setattr(type(ov.lm.runtime), "is_gpu", property(lambda self: True))
+    assert resolve_limits(ov, 5) == Limits(5, MAX_GPU_POSITIONS)
+    assert resolve_limits(ov, 5, max_positions=10 ** 6) == Limits(5, MAX_GPU_POSITIONS)
+    assert resolve_limits(ov, 5, max_positions=1000) == Limits(5, 1000)
+    monkeypatch.undo()
     with pytest.raises(ValueError, match="positive integer or 'auto'"):
         resolve_limits(ov, 0)
     per_position, fixed = measure_lm(ov.lm)

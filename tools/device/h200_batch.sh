@@ -5,14 +5,15 @@
 #      and the reference's omnivoice-infer-batch on the same requests (its own synthesis time) for 16 and 64;
 #   2. 64 mixed requests (auto / design / clone, one third each): aggregate RTF (target <= 0.006), with the
 #      reference beside it;
-#   3. the same 64 mixed requests batched with padded attention off (one attention call per segment), to show
-#      what the padded buckets give.
+#   3. the same 64 mixed requests batched without the engine's pipeline (OMNIVOICE_PIPELINE=0: one graph for all,
+#      then the host's work) and with padded attention off (one attention call per segment), to show what
+#      each gives. PROFILE=1 adds the engine's time by phase and a host profile to the mixed run.
 #
 # Carry .whl and .devcarry (tools/device/prepare_carry.sh makes them here: our wheels and the reference's,
 # the pinned ggml source; see batch_setup.sh). On a bare machine ggml's CUDA build takes ~5 of the ~9.5
 # minutes; every step gets what is left (BUDGET_S, default 560 s from the start) and is skipped, saying so,
 # when it would not fit, in the order: ours at every size, the 64 mixed (ours and the reference), the
-# reference at 16 and 64 auto, the mixed unpadded. ARCHIVE=1 leaves the CUDA build in $OUT/cudalib, which a
+# reference at 16 and 64 auto, the mixed unpipelined and unpadded. ARCHIVE=1 leaves the CUDA build in $OUT/cudalib, which a
 # later call takes as CUDA_LIB_ARCHIVE=.devcarry/cudalib (copied there) and then skips the build.
 #     bash tools/device/h200_batch.sh
 # On the CPU (to try it): BACKEND=cpu CKPT=/path/to/ckpt-tiny SIZES=1,4 STEPS=4 bash tools/device/h200_batch.sh
@@ -37,11 +38,13 @@ run() {  # label, seconds allowed, batch_bench arguments...
     --steps "$STEPS" --json "$OUT/batch-$label.json" --markdown "$OUT/batch-$label.md" "$@"
 }
 
+prof=(); [ "${PROFILE:-0}" = 1 ] && prof=(--profile)
 run auto 150 --sizes "$SIZES" --mix auto
-run mixed 150 --sizes "${SIZES##*,}" --mix mixed "${ref[@]}"
-if [ ${#ref[@]} -gt 0 ]; then  # the reference's batch CLI for the larger sizes (each run loads its model again)
+run mixed 150 --sizes "${SIZES##*,}" --mix mixed "${prof[@]}" "${ref[@]}"
+if [ ${#ref[@]} -gt 0 ] && [ "${REF_SIZES:-}" != none ]; then  # the reference's batch CLI for the larger sizes (each run loads its model again)
   run auto-ref 150 --sizes "${REF_SIZES:-16,64}" --mix auto --no-one-by-one-above 0 "${ref[@]}"
 fi
+OMNIVOICE_PIPELINE=0 run mixed-unpipelined 60 --sizes "${SIZES##*,}" --mix mixed --no-one-by-one-above 0
 OMNIVOICE_PADDED_ATTENTION=0 run mixed-unpadded 60 --sizes "${SIZES##*,}" --mix mixed --no-one-by-one-above 0
 stamp "done, $(left) s left"
 cat "$OUT"/batch-*.md
