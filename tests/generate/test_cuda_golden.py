@@ -69,8 +69,54 @@ def test_logf_special_values():
     np.testing.assert_allclose(y[6:], np.log(x[6:].astype(np.float64)), rtol=2e-7)
 
 
+def _logf_by_fma(x: np.ndarray) -> np.ndarray:
+    """CUDA's logf step by step with fma_f32, as the PTX reads (the slow, plain composition)."""
+    from omnivoice.generate import cuda_math as cm
+
+    f32 = np.float32
+    small = x < cm._FLT_MIN
+    with np.errstate(over="ignore"):  # the large inputs' products are not taken
+        xs = np.where(small, x * f32(2.0**23), x).astype(f32)
+    i0 = np.where(small, f32(-23.0), f32(0.0)).astype(f32)
+    bits = xs.view(np.uint32).astype(np.int64)
+    e = (bits - 0x3F2AAAAB) & 0xFF800000
+    e = np.where(e >= 2**31, e - 2**32, e)
+    m = ((bits - e) & 0xFFFFFFFF).astype(np.uint32).view(f32)
+    i = fma_f32(e.astype(f32), cm._TWO_M23, i0)
+    f = (m - f32(1.0)).astype(f32)
+    p = fma_f32(cm._C[0], f, cm._C[1])
+    for c in cm._C[2:]:
+        p = fma_f32(p, f, c)
+    r = fma_f32((f * p).astype(f32), f, f)
+    return fma_f32(i, cm._LN2, r)
+
+
+def test_logf_equals_its_fma_composition(fresh_seed):
+    """The fast logf (float64 products, one rounding per fused multiply-add) gives the bits of the plain
+    composition of fma_f32 on random inputs across the float32 range, subnormals included."""
+    rng = np.random.default_rng(fresh_seed)
+    bits = rng.integers(1, 0x7F800000, 200_000, dtype=np.uint32)   # every positive finite float32
+    x = np.concatenate([bits.view(np.float32), rng.random(100_000).astype(np.float32)])
+    np.testing.assert_array_equal(_bits(logf(x)), _bits(_logf_by_fma(x)), err_msg=f"seed {fresh_seed}")
+    assert logf(x.reshape(100, -1)).shape == (100, 3000)
+
+
 def test_gumbel_noise_equals_cuda(cuda_golden):
     np.testing.assert_array_equal(_bits(gumbel_noise(cuda_golden["gumbel__u"])), _bits(cuda_golden["gumbel__g"]))
+
+
+def test_fma_in_place_decides_ties_before_writing():
+    """logf's fused multiply-adds write over an operand (p = fma(p, f, c)); a halfway case must still be
+    decided from the operand's value, not from the result written over it."""
+    from omnivoice.generate.cuda_math import _Fma
+
+    a = np.array([1 + 2.0**-12, 1 + 2.0**-12, 1.5], np.float32)
+    b = a.astype(np.float64)
+    c = np.array([2.0**-80, -(2.0**-80), 0.25])
+    want = fma_f32(a, a, c.astype(np.float32))
+    got = _Fma(3)(a, b, c, a)   # out is a
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert got[0] == np.float32(1 + 2.0**-11 + 2.0**-23) and got[1] == np.float32(1 + 2.0**-11)
 
 
 def test_fma_rounds_once(fresh_seed):
