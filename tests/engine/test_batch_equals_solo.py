@@ -194,3 +194,41 @@ def test_a_batch_that_does_not_fit_is_halved(ov, monkeypatch):
     assert isinstance(outcomes[5], MemoryError)
     for i, req in enumerate(requests[:5]):
         assert_same_result(outcomes[i], solo(ov, req), f"request {i}")
+
+
+def test_a_batch_over_the_gpu_position_limit_is_split(ov, monkeypatch):
+    """On a GPU a packed graph holds at most MAX_GPU_POSITIONS (ggml's CUDA kernels abort past 65 535): a
+    session asked for more raises MemoryError (which the engine answers by halving its batch, as above), and
+    the engine's limits keep its batches below it. Checked with the limit lowered and the CPU runtime taken
+    for a GPU."""
+    from omnivoice.engine import memory
+    from omnivoice.runners import lm as runner
+
+    requests = [dict(text=f"Request {i} fits.", seed=i, num_step=3, duration=1.0) for i in range(4)]
+    prepared = prepare(requests)
+    monkeypatch.setattr(type(ov.lm.runtime), "is_gpu", property(lambda self: True))
+    monkeypatch.setattr(runner, "MAX_GPU_POSITIONS", 150)
+    monkeypatch.setattr(memory, "MAX_GPU_POSITIONS", 150)
+    with pytest.raises(MemoryError, match="at most 150"):
+        ov.lm.session([_prompt(ov, "Too long for one graph.", 100)], 2.0, True)
+    sizes = []
+    real = ov.lm.session
+
+    def session(prompts, *args, **kwargs):
+        sizes.append(len(prompts))
+        return real(prompts, *args, **kwargs)
+
+    monkeypatch.setattr(ov.lm, "session", session)
+    with BatchEngine(ov, max_batch=4, pipeline=False) as engine:
+        assert engine.limits.max_positions == 150
+        outcomes = dict(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
+    monkeypatch.undo()
+    assert max(sizes) < 4, sizes   # never all four (about 60 positions each) in one graph
+    for i, req in enumerate(requests):
+        assert_same_result(outcomes[i], solo(ov, req), f"request {i}")
+
+
+def _prompt(ov, text: str, n_target: int):
+    from omnivoice.pipeline import Chunk
+
+    return ov.pipeline._prompt(Chunk(text, n_target, None, None), ov.settings())[1]
