@@ -7,9 +7,9 @@
     result = job.result()                # SynthesisResult (the pieces joined)
     engine.close()
 
-The thread runs a BatchEngine. Requests that arrive within `max_wait_ms` of each other start on the same
-step; later ones join the running batch at the next step where the graph is rebuilt anyway (a chunk finished)
-or once they have waited `max_wait_ms`, so a busy engine does not rebuild its graph for every arrival. A
+The thread runs a BatchEngine. An idle engine starts at once with the requests that have arrived; later ones
+join the running batch at the next step where the graph is rebuilt anyway (a chunk finished) or once they have
+waited `max_wait_ms`, so a busy engine does not rebuild its graph for every arrival. A
 finished or cancelled request frees its slot at once. `submit` raises ValueError for an invalid request
 (before queueing it) and EngineFull when `max_queue` requests are already waiting.
 
@@ -208,12 +208,8 @@ class Engine:
                         self._cv.wait()
                     if self._closed:
                         break
-                    if not core.active and not core._decodes:
-                        # Idle: let requests that arrive within max_wait of the first start together.
-                        first = self._inbox[0].task.t_added if self._inbox else time.perf_counter()
-                        deadline = first + self.max_wait
-                        while not self._closed and time.perf_counter() < deadline:
-                            self._cv.wait(deadline - time.perf_counter())
+                    # An idle engine starts at once with what has arrived (waiting max_wait for company would
+                    # add it to every lone request's first audio); later arrivals join as _should_admit says.
                     self._take_inbox()
                 self._deliver(core.step(admit=self._should_admit()))
         except BaseException as e:  # an engine failure fails every request rather than hanging its clients

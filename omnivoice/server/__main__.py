@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="require 'Authorization: Bearer KEY' on /v1/ (default: $OMNIVOICE_API_KEY, else none)")
     g.add_argument("--max-batch", default="auto", help="requests batched into one LM step (default auto)")
     g.add_argument("--max-wait-ms", type=float, default=10.0,
-                   help="how long a request waits for others to share its LM steps (default 10)")
+                   help="how long a request that arrives while others run may wait to join their batch "
+                        "(default 10; an idle engine starts at once)")
     g.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503 (default 64)")
     g.add_argument("--max-upload-mb", type=float, default=20.0, help="request body limit in MiB (default 20)")
     g.add_argument("--max-input-chars", type=int, default=4096, help="longest input text (default 4096)")

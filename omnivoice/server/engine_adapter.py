@@ -1,7 +1,8 @@
 """The server's one door to the model: the batched engine (omnivoice.engine) behind a small facade.
 
-Requests go into `OmniVoice.engine()`: those that arrive within `max_wait_ms` start on the same LM step, a
-later one joins the running batch at its next chunk, and each finishes (and frees its slot) on its own. Voice
+Requests go into `OmniVoice.engine()`: an idle engine starts at once, a request that arrives while it runs
+joins the running batch within `max_wait_ms` (sooner when the graph is rebuilt anyway), and each finishes (and
+frees its slot) on its own. Voice
 encoding goes through OmniVoice, whose lock puts it between two engine steps. Nothing else in
 omnivoice/server/ imports the model.
 """

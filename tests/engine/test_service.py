@@ -30,6 +30,14 @@ def test_submitted_requests_equal_solo_runs(ov, ref_clip):
     assert len(pieces) == 1 and np.array_equal(pieces[0], results[0].audio)
 
 
+def test_an_idle_engine_starts_at_once(ov):
+    """A request that finds the engine idle does not wait max_wait_ms for company: with a minute's wait it
+    still finishes (a tiny model, two steps) well within the half minute given to it."""
+    with ov.engine(max_batch=4, max_wait_ms=60_000) as engine:
+        job = engine.submit({"text": "Alone.", "seed": 1, "num_step": 2})
+        assert job.result(timeout=30).audio.size > 0
+
+
 def test_requests_from_many_threads(ov):
     texts = [f"Thread {i} speaks." for i in range(6)]
     out: dict[int, object] = {}
