@@ -10,8 +10,11 @@ backend that captures the graph, like CUDA's graphs, does so on the second run),
 before the run (the packed input ids), the graph run (input copy, compute, synchronisation) and the read-back,
 and the process's CPU time per step (with --threads 1 a measure that other work on the machine barely moves).
 
+--batch N[,N...] packs N prompts of each shape (different ids) into one step, as the batched engine does (on
+GPUs: padded attention), e.g. `--batch 1,16,64`.
 --variant picks another composition of the same graph (models.lm.Variant: qk_rope, kv_rows, one_attention,
-typed_inputs, comma-separated; tests/models/test_lm_variants.py checks each against the default graph).
+typed_inputs, comma-separated, or none; without it, LanguageModel's default for the runtime: kv_rows on CUDA);
+tests/models/test_lm_variants.py checks each against the plain graph.
 --profile N records N more steps with PyTorch's profiler (CUPTI sees every kernel of the process, ggml's
 too) and prints GPU time per step by kernel: what a step spends on the device against its wall time.
 --json FILE appends one line per (weights, shape) with every figure.
