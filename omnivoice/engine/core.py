@@ -332,15 +332,20 @@ class BatchEngine:
     def _collect(self, g: _Group) -> None:
         """Wait for the group's graph run and apply each task's choices (tasks dropped meanwhile skipped)."""
         tasks, future = g.inflight
-        g.inflight = None
         t0 = time.perf_counter()
         try:
+            # g.inflight stays set until the run has ended: a Ctrl-C while waiting leaves it for close(), which
+            # waits for the worker before freeing the graph it computes on
             outputs = future.result()
         except MemoryError as e:
+            g.inflight = None
             with self._model_lock:
                 g.close()
             self._shrink([t for t in tasks if not t.finished], e)
             return
+        finally:
+            if future.done():
+                g.inflight = None
         t1 = time.perf_counter()
         live = [(t, out) for t, out in zip(tasks, outputs) if not t.finished]
         choices = step_many([t.state for t, _ in live], [out for _, out in live])

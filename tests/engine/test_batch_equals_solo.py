@@ -71,6 +71,54 @@ def test_pipelined_groups_equal_solo_runs(ov, ref_clip, monkeypatch):
         assert_same_result(outcomes[i], solo(ov, req), req["id"])
 
 
+def test_ctrl_c_while_a_graph_runs_on_the_worker(ov, monkeypatch):
+    """Ctrl-C while the driving thread waits for a pipelined graph run: closing the engine waits for the worker
+    to finish that run before it frees the graph (freeing it under a running computation would crash)."""
+    import concurrent.futures
+    import time as _time
+
+    from omnivoice.engine import core
+    from omnivoice.runners.lm import ChunkSession
+
+    monkeypatch.setattr(core, "PIPELINE_MIN_REQUESTS", 2)
+    events = []
+    step, close = ChunkSession.step, ChunkSession.close
+
+    def slow_step(self, tokens):
+        _time.sleep(0.3)
+        out = step(self, tokens)
+        events.append("step done")
+        return out
+
+    def traced_close(self):
+        events.append("close")
+        close(self)
+
+    monkeypatch.setattr(ChunkSession, "step", slow_step)
+    monkeypatch.setattr(ChunkSession, "close", traced_close)
+    result = concurrent.futures.Future.result
+    calls = []
+
+    def interrupted(self, timeout=None):
+        calls.append(1)
+        if len(calls) == 3 and not self.done():  # the first wait of the second round
+            raise KeyboardInterrupt
+        return result(self, timeout)
+
+    requests = [dict(text=f"Request {i}.", seed=i, num_step=4, duration=1.0) for i in range(4)]
+    prepared = prepare(requests)
+    engine = BatchEngine(ov, max_batch=4, pipeline=True)
+    monkeypatch.setattr(concurrent.futures.Future, "result", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        for _ in run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine):
+            pass
+    monkeypatch.setattr(concurrent.futures.Future, "result", result)
+    engine.close()
+    assert "close" in events
+    last_step = max(i for i, e in enumerate(events) if e == "step done")
+    assert events.index("close") > last_step, events   # no graph freed before its last run ended
+
+
 def test_one_graph_serves_many_steps(ov):
     """Requests that start together and share a step count are packed into one graph for all their steps."""
     requests = [dict(text=f"Request number {i}.", seed=i, num_step=5) for i in range(4)]
