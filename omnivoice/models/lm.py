@@ -229,16 +229,17 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_
     for b in padded.buckets:
         P, S = b.length, b.count
 
-        def rows(x, heads):
-            if scattered and heads != H:
+        def rows(x, heads, kv: bool):
+            if scattered and kv:
                 r = lib.ggml_view_2d(ctx, x, x.ne[0], P * S, x.nb[1], first * x.nb[1])           # [D*heads, P*S]
             else:
                 r = lib.ggml_get_rows(ctx, x, b.index)                                          # [D*heads, P*S]
-                if flash_kv is not None and heads != H and flash_kv != r.type:
+                if flash_kv is not None and kv and flash_kv != r.type:
                     r = lib.ggml_cast(ctx, r, flash_kv)  # while contiguous (see nn.attention)
             return lib.ggml_permute(ctx, lib.ggml_reshape_4d(ctx, r, D, heads, P, S), 0, 2, 1, 3)  # [D, P, heads, S]
 
-        out = lib.ggml_flash_attn_ext(ctx, rows(q2, H), rows(k2, Hkv), rows(v2, Hkv), b.mask, scale, 0.0, 0.0)
+        out = lib.ggml_flash_attn_ext(ctx, rows(q2, H, False), rows(k2, Hkv, True), rows(v2, Hkv, True), b.mask,
+                                      scale, 0.0, 0.0)
         first += P * S
         lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)                               # [D, H, P, S]
         outs.append(lib.ggml_reshape_2d(ctx, out, D * H, P * S))
