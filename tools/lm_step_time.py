@@ -47,17 +47,12 @@ def prompt(n_text: int, n_ref: int, n_target: int, seed: int = 0):
 
 
 def timed_step(session, tokens) -> tuple[float, float, float, float]:
-    """(prepare, run, read) seconds of one step: ChunkSession.step's own parts, timed one by one; and the CPU
-    seconds of the process over the whole step (all threads: with one thread, what the step costs even when
-    other work shares the cores; with several, ggml's spinning threads count too)."""
-    c0, t0 = time.process_time(), time.perf_counter()
-    ids = session._audio_ids(tokens)
-    t1 = time.perf_counter()
-    g = session.graph
-    g.compute(outputs=[], audio_ids=ids)
-    t2 = time.perf_counter()
-    session._results(g.read_outputs())
-    return t1 - t0, t2 - t1, time.perf_counter() - t2, time.process_time() - c0
+    """(prepare, run, read) seconds of one step, as ChunkSession.step times its own parts (`session.times`);
+    and the CPU seconds of the process over the whole step (all threads: with one thread, what the step costs
+    even when other work shares the cores; with several, ggml's spinning threads count too)."""
+    c0 = time.process_time()
+    session.step(tokens)
+    return (*session.times, time.process_time() - c0)
 
 
 def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
