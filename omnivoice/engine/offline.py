@@ -7,14 +7,17 @@ their chunks on the same step and the packed graph is rebuilt rarely; results co
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+
+import numpy as np
 
 from ..pipeline import Settings, SynthesisResult
 from ..text.duration import estimate_target_tokens
 from .core import BatchEngine, Task
 from .request import InvalidRequests, SynthesisRequest, as_request
 
-__all__ = ["prepare", "run_batch", "synthesize_batch", "BatchFailed", "order_key"]
+__all__ = ["prepare", "run_batch", "synthesize_batch", "warm_up", "BatchFailed", "order_key"]
 
 RequestLike = Union[SynthesisRequest, Mapping[str, Any]]
 
@@ -73,6 +76,29 @@ def run_batch(ov, prepared: Sequence[tuple[int, SynthesisRequest, Settings]], ba
             engine.close()
         else:  # leave a reused engine clean: what was not finished is dropped
             engine.step(admit=False)
+
+
+def warm_up(ov, engine: BatchEngine, n: int = 8) -> float:
+    """Run one small batch through `engine` and discard it; return the seconds it took.
+
+    A process's first batch on a GPU pays once for what later batches reuse (kernels loaded on first launch,
+    cuBLAS's handles and workspaces, the compute buffers' first allocations, the codec's graphs); a Ray actor or
+    a server that warms up at load pays it before its first real work. The batch has `n` one-second requests
+    of two MaskGIT steps (at least 8: the pipelined engine's two groups), auto, designed and cloned (a synthetic
+    one-second reference: the codec's encoder runs too). A failure here is raised: real work would fail alike.
+    """
+    t0 = time.perf_counter()
+    sr = ov.sample_rate
+    tone = (0.1 * np.sin(2 * np.pi * 220.0 * np.arange(sr) / sr)).astype(np.float32)
+    common = dict(text="Warm up.", duration=1.0, num_step=2)
+    requests = [SynthesisRequest(seed=i, **common) for i in range(max(n, 8) - 2)]
+    requests += [SynthesisRequest(instruct="female", seed=0, **common),
+                 SynthesisRequest(ref_audio=(tone, sr), ref_text="Warm up.", seed=0, **common)]
+    prepared = [(i, r, r.settings()) for i, r in enumerate(requests)]
+    for _, outcome in run_batch(ov, prepared, engine=engine):
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return time.perf_counter() - t0
 
 
 def synthesize_batch(ov, requests: Sequence[RequestLike], batch_size: int | str = "auto",

@@ -34,6 +34,7 @@ import numpy as np
 from ..pipeline import Cancelled, SynthesisResult
 from ..text.sentences import split_sentences
 from ..text.chunking import chunk_text_punctuation
+from . import offline
 from .core import BatchEngine, Task
 from .request import SynthesisRequest, as_request
 
@@ -127,9 +128,13 @@ class Job:
 
 
 class Engine:
-    """A BatchEngine on its own thread with a bounded queue: continuous batching for servers (thread-safe)."""
+    """A BatchEngine on its own thread with a bounded queue: continuous batching for servers (thread-safe).
 
-    def __init__(self, ov, max_batch: int | str = "auto", max_wait_ms: float = 20.0, max_queue: int = 256) -> None:
+    `warm_up` (default: on GPUs) runs one small batch before the thread starts (engine.offline.warm_up), so
+    that the first client does not pay the process's one-time GPU costs."""
+
+    def __init__(self, ov, max_batch: int | str = "auto", max_wait_ms: float = 20.0, max_queue: int = 256,
+                 warm_up: Optional[bool] = None) -> None:
         if not max_wait_ms >= 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms!r}")
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
@@ -138,6 +143,8 @@ class Engine:
         self.max_wait = max_wait_ms / 1000.0
         self.max_queue = max_queue
         self._core = BatchEngine(ov, max_batch=max_batch)
+        if ov.runtime.is_gpu if warm_up is None else warm_up:
+            offline.warm_up(ov, self._core)
         self._cv = threading.Condition()
         self._inbox: deque[Job] = deque()
         self._jobs: dict[int, Job] = {}

@@ -280,3 +280,18 @@ def _prompt(ov, text: str, n_target: int):
     from omnivoice.pipeline import Chunk
 
     return ov.pipeline._prompt(Chunk(text, n_target, None, None), ov.settings())[1]
+
+
+def test_warm_up_leaves_the_engine_as_it_was(ov, ref_clip):
+    """The warm-up batch a GPU actor runs at load (auto, design, clone) leaves nothing behind: the engine is
+    idle after it and the next batch still equals each request's solo run."""
+    from omnivoice.engine.offline import warm_up
+
+    requests = mixed(ref_clip, greedy=False)[:3]
+    prepared = prepare(requests)
+    with BatchEngine(ov, max_batch=4) as engine:
+        assert warm_up(ov, engine) > 0
+        assert not engine.busy
+        outcomes = dict(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
+    for i, req in enumerate(requests):
+        assert_same_result(outcomes[i], solo(ov, req), req["id"])

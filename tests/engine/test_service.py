@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from omnivoice.engine import EngineFull, stream_sentences
+from omnivoice.engine import Engine, EngineFull, stream_sentences
 from omnivoice.pipeline import Cancelled
 
 from .helpers import assert_same_result, solo
@@ -115,3 +115,15 @@ def test_full_queue_and_bad_requests_are_refused_at_once(ov):
             j.cancel()
     with pytest.raises(RuntimeError, match="closed"):
         engine.submit({"text": "After close."})
+
+
+def test_a_warmed_up_service_gives_the_solo_result(ov):
+    """Engine(warm_up=True) (the GPU default) runs its warm-up batch before serving; the first request served
+    after it still equals its solo run."""
+    req = dict(text="Hello world, this is a test.", language="English", seed=11, num_step=6)
+    engine = Engine(ov, max_batch=4, warm_up=True)
+    try:
+        got = engine.submit(req).result(timeout=120)
+    finally:
+        engine.close()
+    assert_same_result(got, solo(ov, req), "after warm-up")

@@ -14,7 +14,7 @@
 # prometheus_client, httpx, httpcore, certifi; e.g. for the device's Python 3.X:
 #     pip download -d .whl --only-binary :all: --platform manylinux2014_x86_64 --python-version 3.X \
 #         fastapi uvicorn python-multipart prometheus-client httpx
-# Knobs: CLIENTS (1,8,32), REQUESTS per client (4), STEPS (32), BUDGET_S (530). The CPU path, for trying the
+# Knobs: CLIENTS (1,8,32), REQUESTS per client (4), STEPS (32), TTFB_REPEATS (5), BUDGET_S (530). The CPU path, for trying the
 # script anywhere: BACKEND=cpu PRESET=tiny QUANT=f32 BENCH_WORK=/tmp/ovsrv bash tools/device/h200_server.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
@@ -64,6 +64,6 @@ wait $ckpt_pid || { tail -20 "$OUT/checkpoint.log"; exit 1; }
 stamp "server load test, $(left) s left"
 timeout $(( $(left) - 10 )) python3 tools/server_load.py --backend "$BACKEND" \
   --model "$W/gguf/omnivoice-base-$Q.gguf" --codec "$W/gguf/omnivoice-tokenizer-F32.gguf" \
-  --clients "${CLIENTS:-1,8,32}" --requests "${REQUESTS:-4}" --num-step "${STEPS:-32}" --ttfb-repeats 5 \
+  --clients "${CLIENTS:-1,8,32}" --requests "${REQUESTS:-4}" --num-step "${STEPS:-32}" --ttfb-repeats "${TTFB_REPEATS:-5}" \
   --json "$OUT/server_load.json" --server-log "$OUT/server.log" | tee "$OUT/server_load.md"
 stamp "done, $(left) s left"

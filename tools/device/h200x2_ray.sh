@@ -10,6 +10,7 @@
 # CUDA_LIB_ARCHIVE=DIR skips the ggml build when its parts fit the carry too (see batch_setup.sh).
 # Both runs use --batch-size 32: the driver shards the manifest in the engine's order, one shard per engine
 # batch, so the same requests share a graph with one actor or two and the tokens can be compared on a GPU.
+# EXTRA_ARGS: more batch CLI arguments for both runs (e.g. --no-warm-up: the actors start cold).
 # On the CPU (to try it): BACKEND=cpu CKPT=/path/to/ckpt-tiny N=8 STEPS=4 bash tools/device/h200x2_ray.sh
 set -uo pipefail
 t0=$(date +%s)
@@ -30,7 +31,7 @@ one_run() {  # label, share of the time left (%), batch CLI extra args: a local 
   # --ray without an address: the CLI starts a local cluster (ray.init) and shuts it down, and stops only
   # what it started (no `ray stop`, which would end every Ray process of the machine)
   timeout --signal=INT --kill-after=15 "$t" python3 -m omnivoice.batch "$M" -o "$W/out-$label" --model "$MODEL" \
-    --batch-size 32 --save-tokens --ray "$@" 2>&1 | tee "$OUT/batch-$label.log"
+    --batch-size 32 --save-tokens --ray ${EXTRA_ARGS:-} "$@" 2>&1 | tee "$OUT/batch-$label.log"
 }
 
 if [ "$BACKEND" = cuda ]; then
@@ -49,7 +50,7 @@ W, OUT = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 rows = {}
 for label in ("one", "two"):
     log = (OUT / f"batch-{label}.log").read_text()
-    m = re.search(r"done: (\d+) written.*?([\d.]+) s of audio in ([\d.]+) s, ([\d.]+) s after loading: "
+    m = re.search(r"done: (\d+) written.*?([\d.]+) s of audio in ([\d.]+) s, ([\d.]+) s from loading to the last item: "
                   r"([\d.]+) items/s, ([\d.]+) audio s/s \(RTF ([\d.]+)\)", log)
     if m:
         rows[label] = dict(zip(("written", "audio_s", "wall_s", "work_s", "items_per_s", "audio_per_s", "rtf"),
@@ -61,11 +62,11 @@ report = {"runs": rows, "items": len(npy), "tokens_equal": len(same)}
 if "one" in rows and "two" in rows:
     report["scaling"] = rows["two"]["items_per_s"] / rows["one"]["items_per_s"]
 (OUT / "ray_scaling.json").write_text(json.dumps(report, indent=1))
-lines = ["| actors | items | wall s (after loading) | items/s | audio s/s | aggregate RTF |", "|---|---|---|---|---|---|"]
+lines = ["| actors | items | wall s (loading to last item) | items/s | audio s/s | aggregate RTF |", "|---|---|---|---|---|---|"]
 for label, n in (("one", 1), ("two", 2)):
     r = rows.get(label)
     if r:
-        lines.append(f"| {n} | {r['written']:.0f} | {r['wall_s']:.1f} ({r['work_s']:.1f}) | {r['items_per_s']:.2f} | "
+        lines.append(f"| {n} | {r['written']:.0f} | {r['wall_s']:.1f} ({r['work_s']:.2f}) | {r['items_per_s']:.2f} | "
                      f"{r['audio_per_s']:.1f} | {r['rtf']:.4f} |")
 lines.append(f"\nscaling two / one: {report.get('scaling', float('nan')):.2f}x; tokens equal in both runs: "
              f"{len(same)} of {len(npy)} items")
