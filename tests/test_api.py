@@ -121,7 +121,7 @@ def test_checkpoint_is_converted_to_the_backends_weight_type(tiny_checkpoint, tm
         assert ov.model_path.name == f"omnivoice-base-{quant.upper()}.gguf"
     assert (default_quant("CUDA"), default_quant("Vulkan")) == ("bf16", "f16")
     assert default_quant("CPU", frozenset({"AVX2", "F16C", "FMA", "AVX512", "AVX512_BF16"})) == "bf16"
-    assert default_quant("CPU", frozenset({"AVX2", "F16C", "AVX512", "AVX512_BF16", "AMX_INT8"})) == "f32"
+    assert default_quant("CPU", frozenset({"AVX2", "F16C", "AVX512", "AVX512_BF16", "AMX_INT8"})) == "q8_0"
     assert default_quant("CPU", frozenset({"AVX2", "F16C", "FMA"})) == "f16"
     assert default_quant("CPU", frozenset({"SSE3", "AVX"})) == default_quant("CPU", frozenset({"NEON"})) == "f32"
 

@@ -212,14 +212,12 @@ class Runtime:
         return cache[(head_dim, kv_type)]
 
     @property
-    def repack_buffer_type(self):
-        """The CPU backend's "CPU_REPACK" buffer type, or None (GPU runtimes, CPUs and builds without one).
-
-        Matrices stored in it are rearranged once, at upload, into the interleaved layout of ggml's faster
-        product kernels (on x86 with AVX2: Q4_0, Q4_K, IQ4_NL and MXFP4; Q2_K with AVX-512; Q8_0, Q5_K and
-        Q6_K only on Arm). Such tensors live in anonymous memory and cannot be read back."""
-        if "_repack_buft" not in self.__dict__:
-            self._repack_buft = None
+    def extra_buffer_types(self) -> dict:
+        """The CPU backend's extra buffer types by name ("CPU_REPACK"; "AMX" in builds for CPUs with AMX); empty
+        on GPU runtimes. Matrices stored in one are rearranged once, at upload, into the layout of that buffer's
+        product kernels; such tensors live in anonymous memory and cannot be read back."""
+        if "_extra_bufts" not in self.__dict__:
+            self._extra_bufts = {}
             if self.device.kind == "cpu":
                 reg = lib.ggml_backend_dev_backend_reg(self._dev)
                 fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
@@ -227,33 +225,60 @@ class Runtime:
                 bufts = get(self._dev) if get is not None else ffi.NULL
                 i = 0
                 while bufts != ffi.NULL and bufts[i] != ffi.NULL:
-                    if ffi.string(lib.ggml_backend_buft_name(bufts[i])) == b"CPU_REPACK":
-                        self._repack_buft = bufts[i]
+                    self._extra_bufts[ffi.string(lib.ggml_backend_buft_name(bufts[i])).decode()] = bufts[i]
                     i += 1
-        return self._repack_buft
+        return self._extra_bufts
+
+    @property
+    def repack_buffer_type(self):
+        """The CPU backend's "CPU_REPACK" buffer type, or None (GPU runtimes, CPUs and builds without one): the
+        interleaved layouts of ggml's faster product kernels (on x86 with AVX2: Q4_0, Q4_K, IQ4_NL and MXFP4;
+        Q2_K with AVX-512; Q8_0, Q5_K and Q6_K only on Arm)."""
+        return self.extra_buffer_types.get("CPU_REPACK")
+
+    # Types whose products the AMX buffer runs faster than both the plain and the CPU_REPACK layouts, measured on
+    # the Emerald Rapids host of the H200 machine (BENCHMARKS.md): Q8_0 1.7-1.8x F32 at 16 threads (the plain
+    # layout 0.4-0.5x), Q4_K 1.4-1.9x the CPU_REPACK layout. Its F16 path was slower than the plain one; the
+    # other K-quants were not measured.
+    AMX_TYPES = ("Q8_0", "Q4_K")
+
+    def weight_buffer(self, ggml_type: int, ne: list[int]) -> str | None:
+        """The extra buffer type a weight matrix of this type and shape (ggml order) should live in for faster
+        products here: "AMX" for AMX_TYPES where the device has a kernel for it, else "CPU_REPACK" where ggml
+        has a repacked kernel, else None (the plain layout). The CPU device is asked about a product with the
+        weight labelled as living in that buffer."""
+        if len(ne) != 2 or not self.extra_buffer_types:
+            return None
+        key = (int(ggml_type), int(ne[0]), int(ne[1]))
+        cache = self.__dict__.setdefault("_weight_buffer", {})
+        if key not in cache:
+            cache[key] = None
+            amx = ffi.string(lib.ggml_type_name(ggml_type)).decode().upper() in self.AMX_TYPES
+            for name in (["AMX"] if amx else []) + ["CPU_REPACK"]:
+                buft = self.extra_buffer_types.get(name)
+                if buft is not None and self._multiplies_in(buft, key):
+                    cache[key] = name
+                    break
+        return cache[key]
 
     def repacks(self, ggml_type: int, ne: list[int]) -> bool:
-        """Whether a weight matrix of this type and shape (ggml order) gets a repacked product kernel here:
-        the CPU device is asked about a product with the weight labelled as living in the repack buffer."""
-        buft = self.repack_buffer_type
-        if buft is None or len(ne) != 2:
-            return False
-        key = (int(ggml_type), int(ne[0]), int(ne[1]))
-        cache = self.__dict__.setdefault("_repacks", {})
-        if key not in cache:
-            params = ffi.new("struct ggml_init_params *", {"mem_size": 3 * lib.ggml_tensor_overhead(),
-                                                           "mem_buffer": ffi.NULL, "no_alloc": True})
-            ctx = lib.ggml_init(params[0])
-            label = lib.ggml_backend_buft_alloc_buffer(buft, 0)  # zero-sized: only says where w would live
-            try:
-                w = lib.ggml_new_tensor_2d(ctx, ggml_type, key[1], key[2])
-                w.buffer = label
-                x = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, key[1], 1)
-                cache[key] = bool(lib.ggml_backend_dev_supports_op(self._dev, lib.ggml_mul_mat(ctx, w, x)))
-            finally:
-                lib.ggml_backend_buffer_free(label)
-                lib.ggml_free(ctx)
-        return cache[key]
+        """Whether a weight matrix of this type and shape gets another layout's product kernel here
+        (weight_buffer)."""
+        return self.weight_buffer(ggml_type, ne) is not None
+
+    def _multiplies_in(self, buft, key: tuple[int, int, int]) -> bool:
+        params = ffi.new("struct ggml_init_params *", {"mem_size": 3 * lib.ggml_tensor_overhead(),
+                                                       "mem_buffer": ffi.NULL, "no_alloc": True})
+        ctx = lib.ggml_init(params[0])
+        label = lib.ggml_backend_buft_alloc_buffer(buft, 0)  # zero-sized: only says where w would live
+        try:
+            w = lib.ggml_new_tensor_2d(ctx, key[0], key[1], key[2])
+            w.buffer = label
+            x = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, key[1], 1)
+            return bool(lib.ggml_backend_dev_supports_op(self._dev, lib.ggml_mul_mat(ctx, w, x)))
+        finally:
+            lib.ggml_backend_buffer_free(label)
+            lib.ggml_free(ctx)
 
     def close(self) -> None:
         for b in reversed(self._backends):

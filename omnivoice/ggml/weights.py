@@ -112,16 +112,18 @@ class WeightStore:
 
         `repack(name)` says which matrices are only ever multiplied (ggml_mul_mat), never read by row
         (ggml_get_rows cannot read the repacked layout, and the CPU runs no other op on it): of those, the ones
-        the CPU backend multiplies faster in its repacked layout (Runtime.repacks: Q4_0, Q4_K, IQ4_NL on x86)
-        are copied into its repack buffer, from the region too."""
+        the CPU backend multiplies faster in another layout (Runtime.weight_buffer: CPU_REPACK for Q4_0, Q4_K,
+        IQ4_NL on x86; AMX for Q8_0 and Q4_K where the CPU has it) are copied into that buffer type, from the
+        region too."""
         if self._uploaded:
             return
         self._uploaded = True
         try:
-            repacked = [n for n, t in self._tensors.items()
-                        if repack and repack(n) and self.runtime.repacks(t.type, ne_of(t))]
-            if repacked:
-                self._alloc_repacked(repacked)
+            targets = {n: self.runtime.weight_buffer(t.type, ne_of(t)) for n, t in self._tensors.items()
+                       if repack and repack(n)}
+            repacked = [n for n, where in targets.items() if where is not None]
+            for where in sorted({targets[n] for n in repacked}):
+                self._alloc_repacked(where, [n for n in repacked if targets[n] == where])
             mapped = set()
             if in_place and self._region is not None:
                 if self.runtime.is_gpu:
@@ -151,7 +153,7 @@ class WeightStore:
             for name in copied + repacked:
                 data = self._data[name]
                 parts = data if isinstance(data, list) else [data]
-                if name in repacked and len(parts) > 1:  # the repack buffer takes a tensor in one piece
+                if name in repacked and len(parts) > 1:  # repacking buffers take a tensor in one piece
                     parts = [np.concatenate([np.asarray(p).reshape(-1) for p in parts])]
                 offset = 0
                 for p in parts:  # stacked parts go in row after row
@@ -171,10 +173,10 @@ class WeightStore:
         finally:
             self._data = {}
 
-    def _alloc_repacked(self, names: list[str]) -> None:
-        """One buffer of the CPU's repack buffer type holding these tensors (its init repacks nothing yet: the
-        layout changes when the data is set)."""
-        buft = self.runtime.repack_buffer_type
+    def _alloc_repacked(self, where: str, names: list[str]) -> None:
+        """One buffer of the CPU's extra buffer type `where` holding these tensors (its init repacks nothing yet:
+        the layout changes when the data is set, whole: AMX takes a tensor in one piece only)."""
+        buft = self.runtime.extra_buffer_types[where]
         align = lib.ggml_backend_buft_get_alignment(buft)
         offsets, size = [], 0
         for name in names:

@@ -16,7 +16,7 @@
 # report after every case, so a cut run keeps what it measured. Knobs: QUANTS (f32,f16,bf16,q8_0), QUANTS_T2
 # (f32,f16), STEPS (8), REPEATS (1), WARMUP (1); for a local check of this script's CPU path: PRESET=tiny,
 # CPU_LIB_DIR (an existing build instead of compiling), REF_PYTHON (an interpreter with the reference), and
-# $W/site/.done made by hand where the interpreter already has our dependencies. PART=matmul: after the build,
+# $W/site/.done made by hand where the interpreter already has our dependencies. PARITY=1: see 3b. PART=matmul: after the build,
 # only tools/matmul_bench.py (MATMUL_THREADS 16,2; MATMUL_TYPES f32,f16,bf16,q8_0,q4_k) against numpy and torch.
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
@@ -60,6 +60,8 @@ else
   export OMNIVOICE_GGML_LIB_DIR=$PWD/build/cpu-native/lib
 fi
 python3 -c "from omnivoice.ggml import list_devices; print([d.description for d in list_devices()])" >&2 || exit 1
+python3 -c "from omnivoice.ggml import Runtime, lib; rt = Runtime('cpu'); print('extra buffer types', list(rt.extra_buffer_types),
+  {t: rt.weight_buffer(getattr(lib, 'GGML_TYPE_' + t), [1024, 3072]) for t in ('Q8_0', 'Q4_K', 'Q4_0')})" >&2
 if [ "${PART:-bench}" = matmul ]; then  # the products alone, by weight type, against numpy and torch
   log "matmul_bench at ${MATMUL_THREADS:-16,2} threads"
   timeout $(( $(left) - 5 )) python3 tools/matmul_bench.py --shapes down,gate,heads --types "${MATMUL_TYPES:-f32,f16,bf16,q8_0,q4_k}" \
@@ -74,6 +76,16 @@ log "convert $QUANTS"
 python3 -c "import sys; sys.path.insert(0, 'tools'); import bench, pathlib;
 bench.convert(pathlib.Path('$W/ckpt'), pathlib.Path('$W/gguf-cpu'), '$QUANTS'.split(','))" > "$OUT/convert.log" 2>&1 ||
   { tail -20 "$OUT/convert.log"; exit 1; }
+
+# 3b. With PARITY=1 (carry .devcarry/ref_auto5.npz, tools/device/prepare_carry.sh): each type's step-0 logits and
+# teacher-forced choices against the reference's float32 dump (tools/lm_parity_full.py), e.g. to check a layout
+# this CPU's build adds (AMX).
+if [ "${PARITY:-0}" = 1 ]; then
+  log "teacher-forced parity ($QUANTS)"
+  timeout $(( $(left) / 4 )) python3 tools/lm_parity_full.py --checkpoint "$W/ckpt" --gguf-dir "$W/gguf-cpu" \
+    --ref .devcarry/ref_auto5.npz --backend cpu --flash --quants "$QUANTS" --json "$OUT/xeon-parity.jsonl" 2>&1 |
+    tail -8 | tee "$OUT/xeon-parity.md"
+fi
 
 # 4. The side by side, CPU backend, both sides on the same thread count.
 bench() {  # threads cases seconds quants
