@@ -115,6 +115,18 @@ def run(body: Callable[[], int]) -> int:
                 signal.signal(s, h)
 
 
+def add_quant_option(group) -> None:
+    """`--quant` as every command that loads a model names it: what a checkpoint is converted to, or which file
+    of a folder or a repo of GGUFs is used (resolve.resolve_model; auto: resolve.default_quant)."""
+    from .resolve import REPO_QUANT_ORDER
+
+    group.add_argument("--quant", default="auto", choices=("auto",) + REPO_QUANT_ORDER, metavar="QUANT",
+                       help="LM weight type: what a checkpoint is converted to, or which file of a folder or a "
+                            f"repo of GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on "
+                            "CUDA, f16 on other GPUs; on the CPU by its kernels: q8_0 with AMX, bf16 with AVX-512 "
+                            "BF16, f16 with AVX2 and F16C, else f32)")
+
+
 def add_sampler_options(group) -> None:
     """The MaskGIT sampler's options as every synthesizing command line names them (defaults: api.OPTIONS)."""
     from .api import OPTIONS

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Optional
 
 from . import cli
-from .resolve import REPO_QUANT_ORDER
 
 FORMATS = ("wav16", "wav24", "wav32", "flac", "ogg", "opus", "mp3")
 
@@ -68,10 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "else k2-fsa/OmniVoice; checkpoints are converted once into $OMNIVOICE_CACHE, "
                                    "else ~/.cache/omnivoice)")
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
-    g.add_argument("--quant", default="auto", choices=("auto",) + REPO_QUANT_ORDER, metavar="QUANT",
-                   help="LM weight type: what a checkpoint is converted to, or which file of a folder or a repo of "
-                        f"GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on CUDA, f16 on "
-                        "other GPUs, f32 on the CPU)")
+    cli.add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     g.add_argument("--threads", type=_threads,
                    help="CPU threads (default: $OMNIVOICE_THREADS, else the cores this process may use less those "

@@ -61,8 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", help="LM GGUF, OmniVoice checkpoint directory or Hugging Face repo id "
                                    "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
-    g.add_argument("--quant", default="auto", choices=["auto", "f32", "f16", "bf16", "q8_0"],
-                   help="LM weight type when converting a checkpoint (default auto: by backend)")
+    cli.add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     g.add_argument("--threads", type=int, help="CPU threads (default: all cores; with --cpu-actors, shared)")
     g.add_argument("--batch-size", default="auto",

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..cli import EXIT_STATUS_HELP, run
+from ..cli import EXIT_STATUS_HELP, add_quant_option, run
 
 EPILOG = f"""\
 The model loads in the background: GET /health answers 503 until it is ready; a model that cannot be loaded
@@ -33,8 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
-    g.add_argument("--quant", default="auto", choices=["auto", "f32", "f16", "bf16", "q8_0"],
-                   help="LM weight type when converting a checkpoint directory (default auto)")
+    add_quant_option(g)
     g.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
     g = p.add_argument_group("serving")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
