@@ -97,9 +97,14 @@ def test_stacked_projections_compute_the_same(runtime, tiny_gguf, rng, quant):
 
 
 @pytest.mark.parametrize("n_ref", [0, 1])  # an even and an odd packed length
-def test_matrix_product_inputs_are_64_byte_aligned(lm, rng, n_ref):
+def test_matrix_product_inputs_are_64_byte_aligned(lm, rng, n_ref, runtime):
     from omnivoice.ggml import ffi, lib
 
+    if runtime.is_gpu:
+        # The 64-byte lines are the CPU's (AVX-512 loads of host memory). A GPU tensor's `data` is an offset in
+        # device memory, which ggml's allocator aligns to the device's own requirement (Vulkan: the buffer
+        # type's alignment, minStorageBufferOffsetAlignment) whatever the tensor sizes.
+        pytest.skip(f"host-memory alignment of the CPU backend; {runtime.device.spec} aligns its own buffers")
     p = random_prompt(rng, 12, n_ref, 20)
     with lm.session([p], guidance_scale=2.0, greedy=True) as s:
         assert s.L % 2 == n_ref
