@@ -199,6 +199,14 @@ class Runtime:
     def is_gpu(self) -> bool:
         return self.device.kind != "cpu"
 
+    @property
+    def products_need_contiguous(self) -> bool:
+        """Whether graphs should copy a strided F32 operand of a matrix product into a contiguous tensor first:
+        ggml-vulkan converts an operand that is not contiguous in its first two dimensions to F16 before the
+        product (ggml_vk_mul_mat_q_f16), whatever its float32 switches say; the other backends multiply it in
+        F32 in place. Measured on lavapipe: K.Q of permuted F32 views 3e-4 relative error, 1.3e-7 contiguous."""
+        return self.device.backend.lower() == "vulkan"
+
     def supports_flash_attn(self, head_dim: int = 128, kv_type: int | None = None) -> bool:
         """Whether the primary backend runs ggml_flash_attn_ext for this head size with K/V stored as `kv_type`
         (default F16), probed once per combination."""

@@ -96,20 +96,22 @@ def positional_embedding(ctx, w: HubertWeights, cfg: HubertConfig, h):
     return named(nn.gelu(ctx, nn.transpose(ctx, x)), "hubert_pos")                        # [C, T]
 
 
-def attention(ctx, layer: HubertLayer, cfg: HubertConfig, h):
-    """Bidirectional multi-head self-attention with biases, h [C, T] -> [C, T]."""
+def attention(ctx, layer: HubertLayer, cfg: HubertConfig, h, contiguous_qk: bool = False):
+    """Bidirectional multi-head self-attention with biases, h [C, T] -> [C, T]. `contiguous_qk`: see
+    nn.attention (Runtime.products_need_contiguous)."""
     C, T = h.ne[0], h.ne[1]
     D = C // cfg.n_head
     q, k, v = (lib.ggml_reshape_3d(ctx, nn.linear(ctx, h, p.weight, p.bias), D, cfg.n_head, T)
                for p in (layer.q, layer.k, layer.v))                                       # [D, H, T]
     # F32 softmax path: the codes downstream are argmaxes, so no F16 rounding of K and V.
-    out = nn.attention(ctx, q, k, v, ffi.NULL, 1.0 / math.sqrt(D), flash=False)                 # [C, T]
+    out = nn.attention(ctx, q, k, v, ffi.NULL, 1.0 / math.sqrt(D), flash=False,
+                       contiguous_qk=contiguous_qk)                                                # [C, T]
     return nn.linear(ctx, out, layer.out.weight, layer.out.bias)
 
 
-def encoder_layer(ctx, layer: HubertLayer, cfg: HubertConfig, h):
+def encoder_layer(ctx, layer: HubertLayer, cfg: HubertConfig, h, contiguous_qk: bool = False):
     """HubertEncoderLayer (post-norm): h [C, T] -> [C, T]."""
-    h = lib.ggml_add(ctx, h, attention(ctx, layer, cfg, h))
+    h = lib.ggml_add(ctx, h, attention(ctx, layer, cfg, h, contiguous_qk))
     h = nn.layer_norm(ctx, h, layer.attn_norm.weight, layer.attn_norm.bias, cfg.eps)
     ff = nn.linear(ctx, h, layer.ffn_up.weight, layer.ffn_up.bias)                          # [I, T]
     ff = nn.linear(ctx, nn.gelu(ctx, ff), layer.ffn_down.weight, layer.ffn_down.bias)       # [C, T]
@@ -117,14 +119,14 @@ def encoder_layer(ctx, layer: HubertLayer, cfg: HubertConfig, h):
     return nn.layer_norm(ctx, h, layer.ffn_norm.weight, layer.ffn_norm.bias, cfg.eps)
 
 
-def mean_hidden_state(ctx, w: HubertWeights, cfg: HubertConfig, audio):
-    """audio [N, 1] at 16 kHz -> mean over the L + 1 hidden states [C, T]."""
+def mean_hidden_state(ctx, w: HubertWeights, cfg: HubertConfig, audio, contiguous_qk: bool = False):
+    """audio [N, 1] at 16 kHz -> mean over the L + 1 hidden states [C, T]. `contiguous_qk`: see attention."""
     h = feature_projection(ctx, w, cfg, feature_extractor(ctx, w, cfg, audio))              # [C, T]
     h = lib.ggml_add(ctx, h, positional_embedding(ctx, w, cfg, h))
     h = nn.layer_norm(ctx, h, w.encoder_norm.weight, w.encoder_norm.bias, cfg.eps)
     total = h
     for i, layer in enumerate(w.layers):
-        h = named(encoder_layer(ctx, layer, cfg, h), "hubert_layer", i)
+        h = named(encoder_layer(ctx, layer, cfg, h, contiguous_qk), "hubert_layer", i)
         total = lib.ggml_add(ctx, total, h)
     return named(lib.ggml_scale(ctx, total, 1.0 / (len(w.layers) + 1)), "hubert_mean")
 

@@ -167,14 +167,15 @@ def concat(ctx, parts: list, dim: int):
     return parts[0]
 
 
-def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | None):
-    """Bidirectional attention within each (start, length) segment: q [D, H, L], k/v [D, Hkv, L] -> [D*H, L]."""
+def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | None, contiguous_qk: bool = False):
+    """Bidirectional attention within each (start, length) segment: q [D, H, L], k/v [D, Hkv, L] -> [D*H, L].
+    `contiguous_qk`: see nn.attention (the plain path on Vulkan)."""
     if flash_kv is not None and k.type != flash_kv:
         # Once for all segments, while K and V are contiguous.
         k, v = lib.ggml_cast(ctx, k, flash_kv), lib.ggml_cast(ctx, v, flash_kv)
     scale = 1.0 / math.sqrt(cfg.head_dim)
     parts = [nn.attention(ctx, positions(ctx, q, s, n), positions(ctx, k, s, n), positions(ctx, v, s, n), None,
-                          scale, flash=flash_kv is not None, kv_type=flash_kv)
+                          scale, flash=flash_kv is not None, kv_type=flash_kv, contiguous_qk=contiguous_qk)
              for s, n in segments]                                                          # [D * H, n] each
     return concat(ctx, parts, 1)
 
@@ -247,10 +248,11 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_
 
 
 def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None,
-                  variant: Variant = DEFAULT, inputs: VariantInputs = VariantInputs()):
+                  variant: Variant = DEFAULT, inputs: VariantInputs = VariantInputs(), contiguous_qk: bool = False):
     """Qwen3 decoder layer `il`: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
     prompt, or PaddedSegments (flash attention only); `flash_kv`: K/V type of flash attention, or None for the
-    plain path; `variant`: see Variant."""
+    plain path; `variant`: see Variant; `contiguous_qk`: the plain path's Q and K made contiguous before their
+    product (Runtime.products_need_contiguous, nn.attention)."""
     product = variant.product
     residual = x
     cur = named(nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps), "attn_norm", il)
@@ -269,10 +271,11 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
         k, v = rows_as(ctx, k, flash_kv, inputs.kv_rows), rows_as(ctx, v, flash_kv, inputs.kv_rows)
     if variant.one_attention:
         cur = nn.attention(ctx, q, k, v, inputs.attn_mask, 1.0 / math.sqrt(cfg.head_dim),
-                           flash=flash_kv is not None, kv_type=flash_kv)
+                           flash=flash_kv is not None, kv_type=flash_kv, contiguous_qk=contiguous_qk)
+    elif isinstance(segments, PaddedSegments):
+        cur = padded_attention(ctx, cfg, q, k, v, segments, flash_kv)
     else:
-        attend = padded_attention if isinstance(segments, PaddedSegments) else segmented_attention
-        cur = attend(ctx, cfg, q, k, v, segments, flash_kv)
+        cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk)
     named(cur, "kqv_out", il)                                                                # [D * H, L]
     cur = named(product(ctx, layer.o, cur), "attn_out", il)                                  # [n_embd, L]
     x = named(lib.ggml_add(ctx, residual, cur), "ffn_inp", il)
@@ -293,15 +296,16 @@ FP16_MAX = 65504.0
 
 def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask, pos, segments,
                   flash_kv: int | None, clamp_fp16: bool = False, variant: Variant = DEFAULT,
-                  inputs: VariantInputs = VariantInputs()):
+                  inputs: VariantInputs = VariantInputs(), contiguous_qk: bool = False):
     """The backbone: embeddings, every layer, final norm -> [n_embd, L].
 
     `clamp_fp16` bounds the residual stream to the F16 range after every layer (a debug aid for backends that
     keep activations in F16; a no-op on healthy F32 activations). `variant` and its `inputs`: see Variant.
+    `contiguous_qk`: see decoder_layer.
     """
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask, text_mask)
     for il, layer in enumerate(w.layers):
-        x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv, variant, inputs)
+        x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv, variant, inputs, contiguous_qk)
         if clamp_fp16:
             x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
     return named(nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps), "result_norm")

@@ -11,13 +11,19 @@ def rope_neox(ctx, x, pos, theta: float):
     return lib.ggml_rope_ext(ctx, x, pos, ffi.NULL, n_dims, consts["GGML_ROPE_TYPE_NEOX"], 0, theta, 1.0, 0.0, 1.0, 0.0, 0.0)
 
 
-def attention(ctx, q, k, v, mask, scale: float, flash: bool, kv_type: int | None = None):
+def attention(ctx, q, k, v, mask, scale: float, flash: bool, kv_type: int | None = None,
+              contiguous_qk: bool = False):
     """softmax(scale * q k^T + mask) v for every head; q [D, Hq, T], k and v [D, Hkv, S] -> [D * Hq, T].
 
     `mask` is [S, T] and additive (0 to attend, -inf to block), or None; F16 for the flash path, F32 or F16
     otherwise. Grouped-query attention: query head h reads key/value head h // (Hq / Hkv), as ggml broadcasts.
     The flash path stores K and V as `kv_type` (default F16, what GPU kernels take); the CPU kernel also takes
     F32 and then accumulates in F32 (with F16 it accumulates V in F16: 1e-3 error).
+
+    `contiguous_qk` copies the permuted Q and K of the plain path into contiguous tensors before their product:
+    ggml-vulkan converts a matrix-product operand that is not contiguous in its first two dimensions to F16
+    before multiplying (ggml_vk_mul_mat_q_f16, even with its float32 shaders), 3e-4 relative error on the
+    scores; Runtime.products_need_contiguous says where to ask for it.
     """
     D, Hq, T = q.ne[0], q.ne[1], q.ne[2]
     mask = ffi.NULL if mask is None else mask
@@ -33,6 +39,8 @@ def attention(ctx, q, k, v, mask, scale: float, flash: bool, kv_type: int | None
         return lib.ggml_reshape_2d(ctx, out, D * Hq, T)
     q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [D, T, Hq]
     k = lib.ggml_permute(ctx, k, 0, 2, 1, 3)  # [D, S, Hkv]
+    if contiguous_qk:
+        q, k = lib.ggml_cont(ctx, q), lib.ggml_cont(ctx, k)
     kq = lib.ggml_mul_mat(ctx, k, q)  # [S, T, Hq]
     lib.ggml_prec_set_acc(kq, lib.GGML_PREC_F32)
     kq = lib.ggml_soft_max_ext(ctx, kq, mask, scale, 0.0)

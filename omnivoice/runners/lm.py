@@ -193,10 +193,11 @@ class ChunkSession:
         self._audio_mask = audio_mask
 
         flash_kv = model.flash_kv if model.flash_attn else None
-        # Each packed segment adds its own attention nodes to every layer (about 10); the default node budget
-        # holds a few dozen segments of the full model.
+        # Each packed segment adds its own attention nodes to every layer (plain path: 14, 16 with contiguous
+        # Q and K on Vulkan; measured on the tiny model); the default node budget holds a few dozen segments of
+        # the full model.
         self.graph = g = Graph(model.runtime, what=f"the LM graph for {L} positions",
-                               max_nodes=max(DEFAULT_MAX_NODES, cfg.n_layer * (64 + 12 * len(segments)) + 64 * n))
+                               max_nodes=max(DEFAULT_MAX_NODES, cfg.n_layer * (64 + 18 * len(segments)) + 64 * n))
         w = model.weights
         # What stays fixed for the whole chunk lives on the device from the start, like a weight: a graph
         # input would be copied from the host again at every step.
@@ -239,8 +240,8 @@ class ChunkSession:
         # same reason; the F32 step at L = 337 took 1989 ms instead of 1231).
         t_audio = g.input("audio_ids", np.int32, (C * L,))
         h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["text_mask"],
-                                   c["pos"], spans, flash_kv, model.clamp_fp16, model.variant,
-                                   inputs)                                                        # [n_embd, L]
+                                   c["pos"], spans, flash_kv, model.clamp_fp16, model.variant, inputs,
+                                   contiguous_qk=model.runtime.products_need_contiguous)           # [n_embd, L]
 
         if self._greedy:
             self._heads(g, h)

@@ -97,9 +97,14 @@ def test_stacked_projections_compute_the_same(runtime, tiny_gguf, rng, quant):
 
 
 @pytest.mark.parametrize("n_ref", [0, 1])  # an even and an odd packed length
-def test_matrix_product_inputs_are_64_byte_aligned(lm, rng, n_ref):
+def test_matrix_product_inputs_are_64_byte_aligned(lm, rng, n_ref, runtime):
     from omnivoice.ggml import ffi, lib
 
+    if runtime.is_gpu:
+        # The 64-byte lines are the CPU's (AVX-512 loads of host memory). A GPU tensor's `data` is an offset in
+        # device memory, which ggml's allocator aligns to the device's own requirement (Vulkan: the buffer
+        # type's alignment, minStorageBufferOffsetAlignment) whatever the tensor sizes.
+        pytest.skip(f"host-memory alignment of the CPU backend; {runtime.device.spec} aligns its own buffers")
     p = random_prompt(rng, 12, n_ref, 20)
     with lm.session([p], guidance_scale=2.0, greedy=True) as s:
         assert s.L % 2 == n_ref
@@ -109,6 +114,41 @@ def test_matrix_product_inputs_are_64_byte_aligned(lm, rng, n_ref):
         assert len(inputs) >= lm.cfg.n_layer * 4
         misaligned = [ffi.string(t.name).decode() for t in inputs if int(ffi.cast("uintptr_t", t.data)) % 64]
         assert not misaligned
+
+
+def _strided_f32_product_operands(graph) -> list[str]:
+    """MUL_MAT operands in F32 that are not contiguous in their first two dimensions (ggml-vulkan's
+    ggml_vk_dim01_contiguous): ggml-vulkan converts those to F16 before the product."""
+    from omnivoice.ggml import ffi, lib
+
+    def dim01(t) -> bool:
+        return (t.nb[0] == lib.ggml_type_size(t.type) and t.nb[1] == t.nb[0] * t.ne[0]
+                and (t.ne[3] == 1 or t.nb[3] == t.nb[2] * t.ne[2]))
+
+    g = graph._gf
+    nodes = [lib.ggml_graph_node(g, i) for i in range(lib.ggml_graph_n_nodes(g))]
+    return [f"src{j} of {ffi.string(n.name).decode()}" for n in nodes if n.op == lib.GGML_OP_MUL_MAT
+            for j in (0, 1) if n.src[j].type == types.F32 and not dim01(n.src[j])]
+
+
+def test_plain_attention_multiplies_contiguous_operands_where_the_backend_needs_it(lm, rng, monkeypatch):
+    """With Runtime.products_need_contiguous (Vulkan) no F32 operand of a product in the LM graph is strided;
+    without it (CPU, CUDA) the plain path multiplies Q and K in place. Forced here, so the CPU checks both."""
+    from omnivoice.ggml import Runtime
+
+    a, b = random_prompt(rng, 9, 5, 12), random_prompt(rng, 14, 0, 7)
+    lm.flash_attn, saved = False, lm.flash_attn
+    try:
+        for need in (True, False):
+            monkeypatch.setattr(Runtime, "products_need_contiguous", property(lambda self, need=need: need))
+            with lm.session([a, b], 2.0, greedy=True) as s:
+                strided = _strided_f32_product_operands(s.graph)
+            if need:
+                assert not strided, strided
+            elif not lm.runtime.is_gpu:  # the CPU graph: Q and K of 4 segments in every layer, multiplied in place
+                assert len(strided) == 2 * 4 * lm.cfg.n_layer, strided
+    finally:
+        lm.flash_attn = saved
 
 
 def test_sampled_path_returns_guided_log_probs(lm, ref_weights, rng):

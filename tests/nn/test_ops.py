@@ -17,7 +17,7 @@ from scipy.special import erf
 
 from omnivoice import nn
 from omnivoice.gguf.layouts import conv_transpose_weight
-from omnivoice.ggml import types
+from omnivoice.ggml import lib, types
 
 
 def rel_err(got, want) -> float:
@@ -191,6 +191,22 @@ def test_attention_block_mask_gqa(run, runtime, rng, flash, kv):
     want = attention_ref(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), mask, scale)
     # flash attention with F16 K/V rounds them; with F32 K/V only the summation order changes
     assert rel_err(y, want) < (3e-3 if kv == "f16" else 1e-5)
+
+
+def test_plain_attention_on_device_operands(run, runtime, rng):
+    """Q, K and V held in a device buffer, so that the products run on the runtime's device (a graph made of
+    inputs only is run by the scheduler on the CPU backend): the plain path stays float32 where the backend
+    would round a strided operand (Runtime.products_need_contiguous: ggml-vulkan rounds it to F16, 3e-4)."""
+    T, Hq, Hkv, D = 23, 4, 2, 16
+    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
+    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    y = run(lambda ctx, ws, x: lib.ggml_add(ctx, x, nn.attention(
+                ctx, ws["q"], ws["k"], ws["v"], None, 0.25, False,
+                contiguous_qk=runtime.products_need_contiguous)),
+            {"x": np.zeros((T, Hq * D), np.float32)}, weights={"q": q, "k": k, "v": v})
+    want = attention_ref(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), np.zeros((T, T)), 0.25)
+    assert rel_err(y, want) < 1e-5
 
 
 @pytest.mark.parametrize("flash", [False, True])
