@@ -64,7 +64,29 @@ _LEVELS = {lib.GGML_LOG_LEVEL_ERROR: logging.ERROR, lib.GGML_LOG_LEVEL_WARN: log
            lib.GGML_LOG_LEVEL_INFO: logging.DEBUG, lib.GGML_LOG_LEVEL_DEBUG: logging.DEBUG}
 
 
-@ffi.callback("void(enum ggml_log_level, const char *, void *)")
+_pending: list[BaseException] = []
+
+
+def callback_error(exc_type, exc, tb) -> None:
+    """`onerror` of every C callback of this package (an exception cannot cross into C, and cffi would print it
+    and drop it): a signal's exception (KeyboardInterrupt, or the CLI's Terminated: the handler runs in the
+    main thread, which may be inside a callback of a running graph) is kept and raised again when the ggml
+    call returns (raise_pending); any other is logged."""
+    if exc is not None and not isinstance(exc, Exception):
+        _pending.append(exc)
+    else:
+        log.error("exception in a ggml callback", exc_info=(exc_type, exc, tb))
+
+
+def raise_pending() -> None:
+    """Raise the signal's exception a callback caught during the last ggml call, if any."""
+    if _pending:
+        exc = _pending[0]
+        _pending.clear()
+        raise exc
+
+
+@ffi.callback("void(enum ggml_log_level, const char *, void *)", onerror=callback_error)
 def _on_log(level, text, _user):
     # ggml talks a lot on stderr while loading backends; route it through logging so --quiet means quiet.
     try:

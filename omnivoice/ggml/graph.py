@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import memory, types
-from ._ffi import consts, ffi, lib
+from ._ffi import consts, ffi, lib, raise_pending
 from .backend import Runtime
 
 DEFAULT_MAX_NODES = 16384
@@ -264,6 +264,7 @@ class Graph:
         for name, value in inputs.items():
             self.set_input(name, value)
         status = lib.ggml_backend_sched_graph_compute(self._sched, self._gf)
+        raise_pending()  # a Ctrl-C that landed in one of our custom ops' callbacks
         if status != lib.GGML_STATUS_SUCCESS:
             raise RuntimeError(f"graph compute failed with ggml status {status}")
         return self.read_outputs(outputs)

@@ -15,7 +15,7 @@ import logging
 
 import numpy as np
 
-from ..ggml import ffi, lib, types
+from ..ggml import callback_error, ffi, lib, types
 from .basic import add_bias
 
 
@@ -123,7 +123,7 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
     return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                         # [OC, T_out]
 
 
-@ffi.callback("void(struct ggml_tensor *, int, int, void *)")
+@ffi.callback("void(struct ggml_tensor *, int, int, void *)", onerror=callback_error)
 def _nothing(dst, ith, nth, _user):
     """ggml custom op that leaves its output as allocated (it is overwritten whole by the nodes after it)."""
 
@@ -197,7 +197,7 @@ def _f32(t, offset: int, count: int) -> np.ndarray:
 
 
 @ffi.callback("void(struct ggml_tensor *, const struct ggml_tensor *, const struct ggml_tensor *, "
-              "const struct ggml_tensor *, int, int, void *)")
+              "const struct ggml_tensor *, int, int, void *)", onerror=callback_error)
 def _snake_rows(dst, x, alpha, inv_beta, ith, nth, _user):
     """ggml custom op: thread `ith` of `nth` computes its share of the rows of Snake(x) (x [C, T] contiguous)."""
     try:
@@ -214,9 +214,12 @@ def _snake_rows(dst, x, alpha, inv_beta, ith, nth, _user):
             np.multiply(ys, ys, out=ys)
             np.multiply(ys, ib, out=ys)
             np.add(ys, xs, out=ys)
-    except BaseException:  # an exception cannot cross into C: poison this share of the output, say why
-        log.exception("snake custom op failed")
+    except BaseException as e:  # an exception cannot cross into C: poison this share of the output, say why
+        if isinstance(e, Exception):
+            log.exception("snake custom op failed")
         try:
             _f32(dst, r0 * C, (r1 - r0) * C)[:] = np.nan
         except Exception:
             pass
+        if not isinstance(e, Exception):
+            raise  # a signal's: callback_error keeps it for the graph's caller

@@ -58,3 +58,12 @@ def cpu_runtime(runtime):
 @pytest.fixture
 def cpu_run(cpu_runtime):
     return GraphRunner(cpu_runtime)
+
+
+@pytest.fixture
+def one_thread_cpu_run():
+    """A GraphRunner on the CPU backend with one thread: every node runs on the calling (main) thread."""
+    from omnivoice.ggml import Runtime
+
+    with Runtime("cpu", 1) as rt:
+        yield GraphRunner(rt)

@@ -9,6 +9,7 @@ weight's format before the dot product).
 from __future__ import annotations
 
 import math
+import signal
 
 import gguf
 import numpy as np
@@ -133,6 +134,34 @@ def test_snake_channels_last(run, cpu_run, rng, cpu):
     if cpu:  # float32, step by step as the chain computes it
         t = np.sin(x * alpha)
         np.testing.assert_array_equal(y, (t * t) * inv + x)
+
+
+@pytest.mark.parametrize("fails_with", [KeyboardInterrupt, ValueError])
+def test_an_exception_in_the_snake_node(one_thread_cpu_run, rng, monkeypatch, fails_with):
+    """A Ctrl-C whose handler runs inside the one-node CPU Snake (the main thread computes a share of every node)
+    reaches the graph's caller once ggml returns, instead of dying in the C callback; any other exception there
+    is logged and poisons the node's output with NaN."""
+    C, T = 24, 900
+    x = rng.standard_normal((T, C)).astype(np.float32)            # ggml [C, T]
+    alpha = rng.uniform(0.2, 2.0, C).astype(np.float32)
+    real_sin = np.sin
+
+    def sin(*args, **kwargs):
+        if fails_with is KeyboardInterrupt:
+            signal.raise_signal(signal.SIGINT)  # Python's handler raises KeyboardInterrupt in this thread
+        else:
+            raise fails_with("boom")
+        return real_sin(*args, **kwargs)
+
+    monkeypatch.setattr(np, "sin", sin)
+    # one thread: the callback runs on the main thread, where Python handles signals
+    run = one_thread_cpu_run
+    build = lambda ctx, ws, x: nn.snake(ctx, x, ws["a"], ws["ib"], cpu=True)  # noqa: E731
+    if fails_with is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            run(build, {"x": x}, {"a": alpha, "ib": alpha})
+    else:
+        assert np.isnan(run(build, {"x": x}, {"a": alpha, "ib": alpha})).all()
 
 
 def test_embedding(run, rng):
