@@ -10,6 +10,6 @@ from .graph import (Graph, Tensor, named, ne_of, new_context, new_tensor, read_t
 from .weights import WeightStore
 from . import types
 
-__all__ = ["GGMLNotBuiltError", "callback_error", "consts", "ffi", "lib", "Device", "Runtime", "list_devices", "parse_spec",
-           "Graph", "Tensor", "named", "ne_of", "new_context", "new_tensor", "read_tensor", "set_name", "shape_of",
-           "write_tensor", "WeightStore", "types"]
+__all__ = ["GGMLNotBuiltError", "callback_error", "consts", "ffi", "lib", "Device", "Runtime", "list_devices",
+           "parse_spec", "Graph", "Tensor", "named", "ne_of", "new_context", "new_tensor", "read_tensor", "set_name",
+           "shape_of", "write_tensor", "WeightStore", "types"]
