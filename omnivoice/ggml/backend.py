@@ -289,9 +289,9 @@ class Runtime:
             lib.ggml_free(ctx)
 
     def close(self) -> None:
-        for b in reversed(self._backends):
-            lib.ggml_backend_free(b)
-        self._backends = []
+        backends, self._backends = self._backends, []  # detached first: see Graph.close
+        while backends:
+            lib.ggml_backend_free(backends.pop())
 
     def __enter__(self) -> "Runtime":
         return self

@@ -280,12 +280,15 @@ class Graph:
 
     # ------------------------------------------------------------------------------------------- lifetime
     def close(self) -> None:
-        if self._sched is not None:
-            lib.ggml_backend_sched_free(self._sched)
-            self._sched = None
-        if self.ctx is not None:
-            lib.ggml_free(self.ctx)
-            self.ctx = None
+        # Each handle is detached before it is freed: a Ctrl-C is raised right after a C call returns, and
+        # one between a free and the reset would have the next close() free it again (a segfault the batch
+        # CLI's Ctrl-C test hit once in about fifty runs).
+        sched, self._sched = self._sched, None
+        if sched is not None:
+            lib.ggml_backend_sched_free(sched)
+        ctx, self.ctx = self.ctx, None
+        if ctx is not None:
+            lib.ggml_free(ctx)
 
     def __enter__(self) -> "Graph":
         return self

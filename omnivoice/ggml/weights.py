@@ -235,11 +235,13 @@ class WeightStore:
 
     # ------------------------------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        for buf in getattr(self, "_buffers", []):
-            lib.ggml_backend_buffer_free(buf)
-        for ctx in getattr(self, "_ctxs", []):
-            lib.ggml_free(ctx)
+        # detached before freed, one at a time: a Ctrl-C after any free must not lead to a second (Graph.close)
+        buffers, ctxs = getattr(self, "_buffers", []), getattr(self, "_ctxs", [])
         self._buffers, self._ctxs, self._region, self._tensors = [], [], None, {}
+        while buffers:
+            lib.ggml_backend_buffer_free(buffers.pop())
+        while ctxs:
+            lib.ggml_free(ctxs.pop())
 
     def __enter__(self) -> "WeightStore":
         return self
