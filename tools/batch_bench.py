@@ -2,12 +2,12 @@
 """Throughput of the batched engine: N requests at once against the same N one by one, in one process.
 
     python3 tools/batch_bench.py --model GGUF [--codec GGUF] [--backend cpu|cuda] [--sizes 1,4,16,64]
-        [--mix auto|mixed] [--duration 5] [--steps 32] [--repeats 1] [--checkpoint CKPT --ref-python PY
+        [--mix auto|mixed|multilingual] [--duration 5] [--steps 32] [--repeats 1] [--checkpoint CKPT --ref-python PY
         --ref-pythonpath DIR] [--json OUT] [--markdown OUT]
 
 For each N it builds N requests of `--duration` seconds (a fixed duration, so every request is the same
 length of audio; `--mix mixed` cycles auto, voice design and cloning from the synthetic clip of
-tools/reference/synth_clip.py; seeds 0..N-1 with the default sampling, position temperature 5), then times
+tools/reference/synth_clip.py, `--mix multilingual` the same over texts in seven languages; seeds 0..N-1 with the default sampling, position temperature 5), then times
     one by one   ov.synthesize() for each request in turn (clones reuse one voice prompt made beforehand),
     batched      ov.synthesize_batch(requests, batch_size=N) (clones from the clip: encoded once, cached),
 alternating which goes first from one repeat to the next, after one untimed warm-up of each. Reported: the
@@ -52,6 +52,17 @@ TEXTS = [
     "He walked slowly along the empty street, listening to the distant bells.",
 ]
 INSTRUCTS = ["female, low pitch", "male, british accent", "female, young adult", "male, elderly, whisper"]
+# --mix multilingual: (language, text), cycled beside the auto / design / clone modes (seven languages, so that
+# every mode meets every language within 21 requests)
+LANG_TEXTS = [
+    ("English", "The quick brown fox jumps over the lazy dog near the river bank."),
+    ("Chinese", "今天天气很好，我们一起去公园散步，顺便看看湖边的风景。"),
+    ("French", "Le petit chat dort tranquillement sur le rebord de la fenêtre ensoleillée."),
+    ("German", "Am Wochenende fahren wir mit dem Zug in die Berge und wandern den ganzen Tag."),
+    ("Spanish", "La biblioteca abre a las nueve y cierra tarde el primer viernes de cada mes."),
+    ("Japanese", "駅の近くに新しいパン屋さんができて、朝からたくさんの人が並んでいます。"),
+    ("Italian", "Ogni mattina prendo un caffè al bar sotto casa prima di andare al lavoro."),
+]
 
 
 class PeakMemory:
@@ -96,7 +107,9 @@ def make_requests(n: int, mix: str, duration: float, steps: int, clip: Path, tra
     out = []
     for i in range(n):
         r = {"id": f"r{i:03d}", "text": TEXTS[i % len(TEXTS)], "duration": duration, "num_step": steps, "seed": i}
-        mode = i % 3 if mix == "mixed" else 0
+        if mix == "multilingual":
+            r["language"], r["text"] = LANG_TEXTS[i % len(LANG_TEXTS)]
+        mode = i % 3 if mix in ("mixed", "multilingual") else 0
         if mode == 1:
             r["instruct"] = INSTRUCTS[i % len(INSTRUCTS)]
         elif mode == 2:
@@ -123,8 +136,10 @@ def run_reference(args, requests: list[dict], n: int, workdir: Path) -> dict:
     manifest = workdir / f"ref-{n}.jsonl"
     with open(manifest, "w") as f:
         for r in requests:
-            f.write(json.dumps({k: r[k] for k in ("id", "text", "ref_audio", "ref_text", "instruct", "duration")
-                                if k in r}) + "\n")
+            ref = {k: r[k] for k in ("id", "text", "ref_audio", "ref_text", "instruct", "duration") if k in r}
+            if "language" in r:
+                ref["language_id"] = r["language"]
+            f.write(json.dumps(ref) + "\n")
     res_dir = workdir / f"ref-out-{n}"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("PYTHONPATH", None)
@@ -169,7 +184,7 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--threads", type=int)
     p.add_argument("--sizes", default="1,4,16,64")
-    p.add_argument("--mix", default="mixed", choices=["auto", "mixed"])
+    p.add_argument("--mix", default="mixed", choices=["auto", "mixed", "multilingual"])
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--repeats", type=int, default=1)

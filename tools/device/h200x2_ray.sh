@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Issue 15 on nvidia-h200-x2, in one device call (~8 minutes on a bare machine; results in $OUT):
-# `python -m omnivoice.batch --ray` on a local Ray cluster, 64 mixed five-second requests (auto / design / clone)
+# `python -m omnivoice.batch --ray` on a local Ray cluster, 64 mixed five-second requests (auto / design / clone;
+# seven languages: tools/batch_bench.py --mix multilingual, MIX=mixed for the English-only manifest of the
+# 2026-11-30 and 2026-12-01 runs)
 # on one GPU actor, then on two; items/s, aggregate RTF, the scaling, and whether every item's tokens are equal
 # in both runs.
 #
@@ -19,7 +21,8 @@ exec > >(tee -a "$OUT/h200x2_ray.log") 2>&1
 RAY=1 source tools/device/batch_setup.sh || exit 1
 
 N=${N:-64}; STEPS=${STEPS:-32}; M=$W/ray-manifest/lines.jsonl
-python3 tools/batch_bench.py --write-manifest "$M" --sizes "$N" --mix mixed --steps "$STEPS" || exit 1
+python3 tools/batch_bench.py --write-manifest "$M" --sizes "$N" --mix "${MIX:-multilingual}" --steps "$STEPS" ||
+  exit 1
 export RAY_USAGE_STATS_ENABLED=0
 unset RAY_ADDRESS
 
