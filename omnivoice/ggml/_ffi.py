@@ -60,6 +60,20 @@ class _Lib:
 
 lib = _Lib()
 
+
+def _load_ops():
+    """The package's own CPU kernels (omnivoice/csrc, libomnivoice-ops, built beside ggml), or None for a ggml
+    built without them (e.g. OMNIVOICE_GGML_LIB_DIR naming a plain ggml build): their callers then fall back."""
+    path = _shared_lib("omnivoice-ops")
+    if not path.exists():
+        return None
+    ffi.cdef("void omnivoice_snake_rows(struct ggml_tensor *, const struct ggml_tensor *, const struct ggml_tensor *,"
+             " const struct ggml_tensor *, int, int, void *);")
+    return ffi.dlopen(str(path))
+
+
+ops = _load_ops()
+
 _LEVELS = {lib.GGML_LOG_LEVEL_ERROR: logging.ERROR, lib.GGML_LOG_LEVEL_WARN: logging.WARNING,
            lib.GGML_LOG_LEVEL_INFO: logging.DEBUG, lib.GGML_LOG_LEVEL_DEBUG: logging.DEBUG}
 

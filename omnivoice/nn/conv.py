@@ -15,7 +15,7 @@ import logging
 
 import numpy as np
 
-from ..ggml import callback_error, ffi, lib, types
+from ..ggml import callback_error, ffi, lib, ops, types
 from .basic import add_bias
 
 
@@ -173,13 +173,15 @@ def snake(ctx, x, alpha, inv_beta, cpu: bool = False):
     x [T, C] with alpha and inv_beta F32 [1, C], or channels-last x [C, T] with them [C] (inv_beta precomputed
     at load time). By default the five-node chain that GPU backends fuse. `cpu` (channels-last only; the graph
     must run on the CPU backend) computes it as one custom node instead: ggml's CPU sin is a scalar sinf loop
-    (23 ns a value per thread on the 2-core Zen 3, 0.83 s of a 2.2 s decode of 5 s), numpy's vectorised
-    float32 sin takes 3.3 ns, and the five steps run over cache-sized blocks instead of five passes over memory.
-    Same operations in the same order: float32 x*alpha, sin, square, *inv_beta, +x.
+    (23 ns a value per thread on the 2-core Zen 3, 0.83 s of a 2.2 s decode of 5 s). The node runs the package's
+    C kernel (omnivoice/csrc/ops.c: vector sinf, 1.5 ns a value, no Python on ggml's threads) where the build
+    has it, else the same steps in numpy over cache-sized blocks (4.9 ns, and the GIL between blocks). Same
+    operations in the same order: float32 x*alpha, sin, square, *inv_beta, +x.
     """
     if cpu and alpha.ne[0] == x.ne[0] == lib.ggml_nelements(alpha) == lib.ggml_nelements(inv_beta):
+        rows = ops.omnivoice_snake_rows if ops is not None else _snake_rows
         return lib.ggml_map_custom3(ctx, lib.ggml_cont(ctx, x) if not lib.ggml_is_contiguous(x) else x,
-                                    alpha, inv_beta, _snake_rows, -1, ffi.NULL)
+                                    alpha, inv_beta, rows, -1, ffi.NULL)
     cur = lib.ggml_mul(ctx, x, alpha)
     cur = lib.ggml_sin(ctx, cur)
     cur = lib.ggml_sqr(ctx, cur)
@@ -199,7 +201,8 @@ def _f32(t, offset: int, count: int) -> np.ndarray:
 @ffi.callback("void(struct ggml_tensor *, const struct ggml_tensor *, const struct ggml_tensor *, "
               "const struct ggml_tensor *, int, int, void *)", onerror=callback_error)
 def _snake_rows(dst, x, alpha, inv_beta, ith, nth, _user):
-    """ggml custom op: thread `ith` of `nth` computes its share of the rows of Snake(x) (x [C, T] contiguous)."""
+    """ggml custom op: thread `ith` of `nth` computes its share of the rows of Snake(x) (x [C, T] contiguous); the
+    fallback of omnivoice_snake_rows (ops.c) for builds without the package's kernels."""
     try:
         C = x.ne[0]
         rows = lib.ggml_nelements(x) // C

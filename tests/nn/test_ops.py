@@ -118,22 +118,40 @@ def test_snake(run, rng):
     assert np.max(np.abs(y - want)) < 1e-5
 
 
-@pytest.mark.parametrize("cpu", [False, True])
-def test_snake_channels_last(run, cpu_run, rng, cpu):
-    """x [C, T] with alpha [C]: the ggml chain, and the one-node CPU version (several numpy blocks, both threads),
-    which must give the chain's float32 result within a few ulps."""
+@pytest.mark.parametrize("cpu", ["chain", "native", "numpy"])
+def test_snake_channels_last(run, cpu_run, rng, cpu, monkeypatch):
+    """x [C, T] with alpha [C]: the ggml chain, and the one-node CPU version (several blocks, both threads) with
+    the package's C kernel or, for builds without it, numpy: both the chain's float32 steps, numpy's to the bit
+    and the C kernel's within a few ulps (another vector sin)."""
+    from omnivoice.nn import conv
+
+    if cpu == "numpy":
+        monkeypatch.setattr(conv, "ops", None)
     C, T = 24, 9000
     x = (3 * rng.standard_normal((T, C))).astype(np.float32)      # ggml [C, T]
     alpha = rng.uniform(0.2, 2.0, C).astype(np.float32)
     inv = (1.0 / (alpha.astype(np.float64) + 1e-9)).astype(np.float32)
-    y = (cpu_run if cpu else run)(lambda ctx, ws, x: nn.snake(ctx, x, ws["a"], ws["ib"], cpu=cpu), {"x": x},
-                                  {"a": alpha, "ib": inv})
+    one_node = cpu != "chain"
+    y = (cpu_run if one_node else run)(lambda ctx, ws, x: nn.snake(ctx, x, ws["a"], ws["ib"], cpu=one_node),
+                                       {"x": x}, {"a": alpha, "ib": inv})
     x64 = x.astype(np.float64)
     want = x64 + np.sin(alpha * x64) ** 2 / (alpha.astype(np.float64) + 1e-9)
     assert np.max(np.abs(y - want)) < 1e-5
-    if cpu:  # float32, step by step as the chain computes it
-        t = np.sin(x * alpha)
-        np.testing.assert_array_equal(y, (t * t) * inv + x)
+    t = np.sin(x * alpha)
+    steps = (t * t) * inv + x  # float32, step by step as the chain computes it
+    if cpu == "numpy":
+        np.testing.assert_array_equal(y, steps)
+    elif cpu == "native":  # libmvec's sinf is within 4 ulp: sin^2 * inv_beta within 8 ulp of 1 times inv_beta
+        eps = np.finfo(np.float32).eps
+        assert np.all(np.abs(y - steps) <= 8 * eps * inv + np.spacing(np.abs(steps)))
+
+
+def test_the_package_kernels_are_built():
+    """The build makes libomnivoice-ops beside ggml (CMakeLists.txt), with the Snake kernel the codec decodes
+    with on the CPU."""
+    from omnivoice.ggml import ops
+
+    assert ops is not None and ops.omnivoice_snake_rows
 
 
 @pytest.mark.parametrize("fails_with", [KeyboardInterrupt, ValueError])
@@ -153,6 +171,9 @@ def test_an_exception_in_the_snake_node(one_thread_cpu_run, rng, monkeypatch, fa
             raise fails_with("boom")
         return real_sin(*args, **kwargs)
 
+    from omnivoice.nn import conv
+
+    monkeypatch.setattr(conv, "ops", None)  # the numpy kernel: a Python callback, where a signal can land
     monkeypatch.setattr(np, "sin", sin)
     # one thread: the callback runs on the main thread, where Python handles signals
     run = one_thread_cpu_run
