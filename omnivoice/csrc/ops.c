@@ -3,6 +3,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ggml.h"
 
@@ -34,6 +35,30 @@ void omnivoice_snake_rows(struct ggml_tensor * dst, const struct ggml_tensor * x
             const float t = s * s;
             const float u = t * ib[c];
             yr[c] = u + xr[c];
+        }
+    }
+}
+
+/* The columns of a channels-last Conv1d (nn/conv.py conv1d_cl): dst [IC*K, T_out] row t holds, side by side, the
+ * K input rows t*stride + k*dilation - padding of x [IC, T] (IC floats each; zeros outside x). One pass that
+ * writes every row once while the few input rows it reads stay in cache, where one ggml SET per tap streams the
+ * whole column buffer K times. `userdata`: int64_t {K, stride, dilation, padding}. */
+void omnivoice_conv_columns(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const struct ggml_tensor * x = dst->src[0];
+    const int64_t * p = (const int64_t *) userdata;
+    const int64_t K = p[0], stride = p[1], dilation = p[2], padding = p[3];
+    const int64_t IC = x->ne[0], T = x->ne[1], t_out = dst->ne[1];
+    const size_t row = (size_t) IC * sizeof(float);
+    const int64_t t0 = t_out * ith / nth, t1 = t_out * (ith + 1) / nth;
+    for (int64_t t = t0; t < t1; t++) {
+        char * out = (char *) dst->data + t * dst->nb[1];
+        for (int64_t k = 0; k < K; k++) {
+            const int64_t s = t * stride + k * dilation - padding;
+            if (s >= 0 && s < T) {
+                memcpy(out + k * row, (const char *) x->data + s * x->nb[1], row);
+            } else {
+                memset(out + k * row, 0, row);
+            }
         }
     }
 }

@@ -68,7 +68,8 @@ def _load_ops():
     if not path.exists():
         return None
     ffi.cdef("void omnivoice_snake_rows(struct ggml_tensor *, const struct ggml_tensor *, const struct ggml_tensor *,"
-             " const struct ggml_tensor *, int, int, void *);")
+             " const struct ggml_tensor *, int, int, void *);"
+             "void omnivoice_conv_columns(struct ggml_tensor *, int, int, void *);")
     return ffi.dlopen(str(path))
 
 

@@ -102,6 +102,12 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
         spans.append((k, off, t0, t1))
     head = max(t0 for _, _, t0, _ in spans)          # the first and last columns hold some tap's zeros
     tail = t_out - min(t1 for _, _, _, t1 in spans)
+    if cpu and ops is not None and x.type == types.F32 and x.nb[0] == 4:
+        # the package's C kernel (csrc/ops.c) writes every column row once, zeros included
+        args = ffi.new("struct ggml_tensor *[1]", [x])
+        cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, args, 1, ops.omnivoice_conv_columns, -1,
+                                  _columns_params(K, stride, dilation, padding))            # [IC*K, T_out]
+        return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                     # [OC, T_out]
     zero = lib.ggml_scale(ctx, lib.ggml_view_2d(ctx, x, IC, 1, x.nb[1], 0), 0.0)   # [IC, 1]
     if cpu:
         cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, ffi.NULL, 0, _nothing, 1, ffi.NULL)
@@ -121,6 +127,17 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
                 tap = lib.ggml_cont(ctx, tap)
             cols = lib.ggml_set_2d_inplace(ctx, cols, tap, cols.nb[1], k * IC * x.nb[0] + t0 * cols.nb[1])
     return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                         # [OC, T_out]
+
+
+_COLUMNS_PARAMS: dict = {}
+
+
+def _columns_params(*params: int):
+    """The userdata of omnivoice_conv_columns: int64 {K, stride, dilation, padding}, one cdata per combination,
+    kept for the process (a graph holds the pointer for as long as it is replayed; a model has a handful)."""
+    if params not in _COLUMNS_PARAMS:
+        _COLUMNS_PARAMS[params] = ffi.new("int64_t[4]", list(params))
+    return _COLUMNS_PARAMS[params]
 
 
 @ffi.callback("void(struct ggml_tensor *, int, int, void *)", onerror=callback_error)

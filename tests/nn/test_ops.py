@@ -313,19 +313,24 @@ def test_conv1d(run, rng, stride, padding, dilation, groups, K):
     assert rel_err(y, want) < 1e-5
 
 
-@pytest.mark.parametrize("cpu", [False, True])
+@pytest.mark.parametrize("cpu", [False, True, "sets"])
 @pytest.mark.parametrize("stride,padding,dilation,K",
                          [(1, 3, 1, 7), (1, 9, 3, 7), (1, 27, 9, 7), (5, 0, 1, 10), (2, 1, 1, 4), (3, 2, 1, 6),
                           (1, 0, 1, 1), (1, 1, 1, 3), (1, 70, 1, 3)])
-def test_conv1d_channels_last(run, cpu_run, rng, stride, padding, dilation, K, cpu):
+def test_conv1d_channels_last(run, cpu_run, rng, stride, padding, dilation, K, cpu, monkeypatch):
     """The DAC's layout: x [IC, T] (numpy (T, IC)), weight rows tap-major (conv_weight_cl); columns started as
-    zeros (any backend) or as an empty CPU node whose padding is zeroed (padding 70 > T: all padding)."""
+    zeros (any backend), or on the CPU written by the package's C kernel, or (builds without it, "sets") an
+    empty CPU node whose padding is zeroed (padding 70 > T: all padding)."""
+    if cpu == "sets":
+        from omnivoice.nn import conv
+
+        monkeypatch.setattr(conv, "ops", None)
     IC, OC, T = 8, 12, 57
     x = rng.standard_normal((IC, T)).astype(np.float32)
     w = rng.standard_normal((OC, IC, K)).astype(np.float32)
     b = rng.standard_normal(OC).astype(np.float32)
     y = (cpu_run if cpu else run)(
-        lambda ctx, ws, x: nn.conv1d_cl(ctx, x, ws["w"], ws["b"], stride, padding, dilation, cpu=cpu),
+        lambda ctx, ws, x: nn.conv1d_cl(ctx, x, ws["w"], ws["b"], stride, padding, dilation, cpu=bool(cpu)),
         {"x": np.ascontiguousarray(x.T)}, {"w": nn.conv_weight_cl(w), "b": b})
     want = conv1d_ref(x.astype(np.float64), w.astype(np.float64), b, stride, padding, dilation, 1)
     assert y.shape == want.T.shape
