@@ -62,45 +62,6 @@ def cpu_model() -> str:
     return f"{name}, {os.cpu_count()} logical CPUs, " + " ".join(f for f in want if f in flags)
 
 
-def extra_buffer_types() -> dict:
-    """The CPU backend's extra buffer types by name ("CPU_REPACK"; "AMX" in builds for CPUs with AMX)."""
-    from omnivoice.ggml import ffi, lib
-    from omnivoice.ggml.backend import load_backends
-
-    load_backends()
-    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
-    reg = lib.ggml_backend_dev_backend_reg(dev)
-    fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_dev_get_extra_bufts")
-    if fn == ffi.NULL:
-        return {}
-    bufts = ffi.cast("ggml_backend_buffer_type_t * (*)(ggml_backend_dev_t)", fn)(dev)
-    out, i = {}, 0
-    while bufts[i] != ffi.NULL:
-        out[ffi.string(lib.ggml_backend_buft_name(bufts[i])).decode()] = bufts[i]
-        i += 1
-    return out
-
-
-def extra_supports(buft, ggml_type: int, K: int, M: int) -> bool:
-    """Whether the CPU device multiplies by a [K, M] weight of this type living in `buft` (asked with the weight
-    labelled by a zero-sized buffer of that type, as omnivoice.ggml.Runtime.repacks does)."""
-    from omnivoice.ggml import ffi, lib
-
-    dev = lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU)
-    params = ffi.new("struct ggml_init_params *", {"mem_size": 3 * lib.ggml_tensor_overhead(),
-                                                   "mem_buffer": ffi.NULL, "no_alloc": True})
-    ctx = lib.ggml_init(params[0])
-    label = lib.ggml_backend_buft_alloc_buffer(buft, 0)
-    try:
-        w = lib.ggml_new_tensor_2d(ctx, ggml_type, K, M)
-        w.buffer = label
-        x = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, K, 1)
-        return bool(lib.ggml_backend_dev_supports_op(dev, lib.ggml_mul_mat(ctx, w, x)))
-    finally:
-        lib.ggml_backend_buffer_free(label)
-        lib.ggml_free(ctx)
-
-
 def quantize(w: np.ndarray, ggml_type: int) -> np.ndarray:
     """Rows of a float32 matrix [M, K] in a ggml type, through ggml's own quantizer."""
     from omnivoice.ggml import ffi, lib
@@ -118,48 +79,49 @@ def quantize(w: np.ndarray, ggml_type: int) -> np.ndarray:
 def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int, extra: str | None = None
               ) -> tuple[float, float] | None:
     """Median (wall, process CPU) seconds of one product in a one-node ggml graph, the weight in the plain CPU
-    buffer or in the extra buffer type `extra`; None where that buffer type has no kernel for it here."""
+    buffer or in the extra buffer type `extra` (Runtime.extra_buffer_types); None where that buffer type has no
+    kernel for it here."""
     from omnivoice.ggml import Graph, Runtime, ffi, lib
     from omnivoice.ggml.graph import new_context
 
     ggml_type = getattr(lib, "GGML_TYPE_" + type_name.upper())
-    rng = np.random.default_rng(0)
-    w = (rng.standard_normal((M, K)) * 0.02).astype(np.float32)
-    data = quantize(w, ggml_type)
-    ctx = new_context(1)
-    wt = lib.ggml_new_tensor_2d(ctx, ggml_type, K, M)
-    buft = extra_buffer_types().get(extra) if extra else lib.ggml_backend_cpu_buffer_type()
-    if buft is None or (extra and not extra_supports(buft, ggml_type, K, M)):
-        lib.ggml_free(ctx)
-        return None
-    buf = lib.ggml_backend_buft_alloc_buffer(buft, lib.ggml_backend_buft_get_alloc_size(buft, wt))
-    try:
-        lib.ggml_backend_tensor_alloc(buf, wt, lib.ggml_backend_buffer_get_base(buf))
-        if extra and wt.extra == ffi.NULL:  # ggml has no layout of its own for this type there
+    with Runtime("cpu", threads) as rt:
+        if extra and not rt.multiplies_in(extra, ggml_type, [K, M]):
             return None
-        lib.ggml_backend_buffer_set_usage(buf, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
-        lib.ggml_backend_tensor_set(wt, ffi.from_buffer(data), 0, data.nbytes)
-        with Runtime("cpu", threads) as rt, Graph(rt) as g:
-            x = g.input("x", np.float32, (N, K))
-            g.output("y", lib.ggml_mul_mat(g.ctx, wt, x))
-            g.allocate()
-            xv = rng.standard_normal((N, K)).astype(np.float32)
-            g.set_input("x", xv)
-            times = []
-            for i in range(repeats + 2):
-                t0, c0 = time.perf_counter(), time.process_time()
-                g.compute(outputs=[])
-                if i >= 2:
-                    times.append((time.perf_counter() - t0, time.process_time() - c0))
-            y = g.read_outputs(["y"])["y"]
-            ref = xv @ w.T
-            err = float(np.abs(y - ref).max() / np.abs(ref).max())
-            if err > 0.1:
-                raise RuntimeError(f"ggml {type_name} product is wrong: relative error {err}")
-            return tuple(float(v) for v in np.median(times, axis=0))
-    finally:
-        lib.ggml_backend_buffer_free(buf)
-        lib.ggml_free(ctx)
+        buft = rt.extra_buffer_types[extra] if extra else lib.ggml_backend_cpu_buffer_type()
+        rng = np.random.default_rng(0)
+        w = (rng.standard_normal((M, K)) * 0.02).astype(np.float32)
+        data = quantize(w, ggml_type)
+        ctx = new_context(1)
+        wt = lib.ggml_new_tensor_2d(ctx, ggml_type, K, M)
+        buf = lib.ggml_backend_buft_alloc_buffer(buft, lib.ggml_backend_buft_get_alloc_size(buft, wt))
+        try:
+            lib.ggml_backend_tensor_alloc(buf, wt, lib.ggml_backend_buffer_get_base(buf))
+            if extra and wt.extra == ffi.NULL:  # ggml has no layout of its own for this type there
+                return None
+            lib.ggml_backend_buffer_set_usage(buf, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
+            lib.ggml_backend_tensor_set(wt, ffi.from_buffer(data), 0, data.nbytes)
+            with Graph(rt) as g:
+                x = g.input("x", np.float32, (N, K))
+                g.output("y", lib.ggml_mul_mat(g.ctx, wt, x))
+                g.allocate()
+                xv = rng.standard_normal((N, K)).astype(np.float32)
+                g.set_input("x", xv)
+                times = []
+                for i in range(repeats + 2):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    g.compute(outputs=[])
+                    if i >= 2:
+                        times.append((time.perf_counter() - t0, time.process_time() - c0))
+                y = g.read_outputs(["y"])["y"]
+                ref = xv @ w.T
+                err = float(np.abs(y - ref).max() / np.abs(ref).max())
+                if err > 0.1:
+                    raise RuntimeError(f"ggml {type_name} product is wrong: relative error {err}")
+                return tuple(float(v) for v in np.median(times, axis=0))
+        finally:
+            lib.ggml_backend_buffer_free(buf)
+            lib.ggml_free(ctx)
 
 
 _FOREIGN = r"""
@@ -225,11 +187,15 @@ def main() -> int:
         K, M, N = SHAPES[name] if name in SHAPES else (int(v) for v in name.split(":"))
         shapes.append((name, K, M, N or args.n))
     threads = [int(t) for t in args.threads.split(",")]
+    from omnivoice.ggml import Runtime
+
+    with Runtime("cpu", 1) as rt:
+        extra_names = list(rt.extra_buffer_types)
     print(f"# {cpu_model()}; load average {os.getloadavg()[0]:.2f}")
     rows = []
     for t in threads:
         for type_name in args.types.split(","):
-            for extra in [None] + (sorted(extra_buffer_types()) if args.repack else []):
+            for extra in [None] + (sorted(extra_names) if args.repack else []):
                 label = type_name + {None: "", "CPU_REPACK": " repacked"}.get(extra, f" {extra}")
                 for name, K, M, N in shapes:
                     s = time_ggml(type_name, K, M, N, t, args.repeats, extra)

@@ -237,13 +237,6 @@ class Runtime:
                     i += 1
         return self._extra_bufts
 
-    @property
-    def repack_buffer_type(self):
-        """The CPU backend's "CPU_REPACK" buffer type, or None (GPU runtimes, CPUs and builds without one): the
-        interleaved layouts of ggml's faster product kernels (on x86 with AVX2: Q4_0, Q4_K, IQ4_NL and MXFP4;
-        Q2_K with AVX-512; Q8_0, Q5_K and Q6_K only on Arm)."""
-        return self.extra_buffer_types.get("CPU_REPACK")
-
     # Types whose products the AMX buffer runs faster than both the plain and the CPU_REPACK layouts, measured on
     # the Emerald Rapids host of the H200 machine (BENCHMARKS.md): Q8_0 1.7-1.8x F32 at 16 threads (the plain
     # layout 0.4-0.5x), Q4_K 1.4-1.9x the CPU_REPACK layout. Its F16 path was slower than the plain one; the
@@ -253,8 +246,7 @@ class Runtime:
     def weight_buffer(self, ggml_type: int, ne: list[int]) -> str | None:
         """The extra buffer type a weight matrix of this type and shape (ggml order) should live in for faster
         products here: "AMX" for AMX_TYPES where the device has a kernel for it, else "CPU_REPACK" where ggml
-        has a repacked kernel, else None (the plain layout). The CPU device is asked about a product with the
-        weight labelled as living in that buffer."""
+        has a repacked kernel, else None (the plain layout): multiplies_in, cached."""
         if len(ne) != 2 or not self.extra_buffer_types:
             return None
         key = (int(ggml_type), int(ne[0]), int(ne[1]))
@@ -263,8 +255,7 @@ class Runtime:
             cache[key] = None
             amx = ffi.string(lib.ggml_type_name(ggml_type)).decode().upper() in self.AMX_TYPES
             for name in (["AMX"] if amx else []) + ["CPU_REPACK"]:
-                buft = self.extra_buffer_types.get(name)
-                if buft is not None and self._multiplies_in(buft, key):
+                if self.multiplies_in(name, ggml_type, ne):
                     cache[key] = name
                     break
         return cache[key]
@@ -274,15 +265,21 @@ class Runtime:
         (weight_buffer)."""
         return self.weight_buffer(ggml_type, ne) is not None
 
-    def _multiplies_in(self, buft, key: tuple[int, int, int]) -> bool:
+    def multiplies_in(self, buffer_type: str, ggml_type: int, ne: list[int]) -> bool:
+        """Whether the CPU device multiplies by a weight matrix of this type and shape (ggml order) living in the
+        extra buffer type named `buffer_type`: asked about a product with the weight labelled by a zero-sized
+        buffer of that type."""
+        buft = self.extra_buffer_types.get(buffer_type)
+        if buft is None or len(ne) != 2:
+            return False
         params = ffi.new("struct ggml_init_params *", {"mem_size": 3 * lib.ggml_tensor_overhead(),
                                                        "mem_buffer": ffi.NULL, "no_alloc": True})
         ctx = lib.ggml_init(params[0])
         label = lib.ggml_backend_buft_alloc_buffer(buft, 0)  # zero-sized: only says where w would live
         try:
-            w = lib.ggml_new_tensor_2d(ctx, key[0], key[1], key[2])
+            w = lib.ggml_new_tensor_2d(ctx, ggml_type, ne[0], ne[1])
             w.buffer = label
-            x = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, key[1], 1)
+            x = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, ne[0], 1)
             return bool(lib.ggml_backend_dev_supports_op(self._dev, lib.ggml_mul_mat(ctx, w, x)))
         finally:
             lib.ggml_backend_buffer_free(label)

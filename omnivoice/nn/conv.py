@@ -77,8 +77,9 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
 
     The columns of output t are the K input columns t*stride + k*dilation - padding (zeros outside x), IC
     contiguous values each, copied side by side into [IC*K, T_out] (kernel 1, stride 1, no padding needs no
-    copy at all); then one product does every tap at once. `cpu`: the graph runs on the CPU backend, where the
-    columns start as an empty custom node (elsewhere as zeros, a repeat).
+    copy at all); then one product does every tap at once. `cpu`: the graph runs on the CPU backend, where one
+    custom node of the package's C kernels writes the columns (without them: _tap_columns, from an empty node;
+    elsewhere from zeros, a repeat).
     """
     IC, T = x.ne[0], x.ne[1]
     K, OC = w.ne[1], w.ne[2]
@@ -90,6 +91,20 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
     w2 = lib.ggml_reshape_2d(ctx, w, IC * K, OC)                                     # [IC*K, OC]
     if K == 1 and stride == 1 and padding == 0:
         return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, x), b)                        # [OC, T]
+    if cpu and ops is not None and x.type == types.F32 and x.nb[0] == 4:
+        # the package's C kernel (csrc/ops.c) writes every column row once, zeros included
+        args = ffi.new("struct ggml_tensor *[1]", [x])
+        cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, args, 1, ops.omnivoice_conv_columns, -1,
+                                  _columns_params(K, stride, dilation, padding))            # [IC*K, T_out]
+    else:
+        cols = _tap_columns(ctx, x, K, t_out, stride, padding, dilation, cpu)              # [IC*K, T_out]
+    return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                         # [OC, T_out]
+
+
+def _tap_columns(ctx, x, K: int, t_out: int, stride: int, padding: int, dilation: int, cpu: bool):
+    """conv1d_cl's columns [IC*K, T_out] from ggml ops: one SET per tap (GPUs, and CPU builds without the
+    package's kernels)."""
+    IC, T = x.ne[0], x.ne[1]
     # ggml sizes a view as if it were contiguous, so the overlapping [IC*K, T_out] view of x cannot be made:
     # each tap's columns are copied into its rows of `cols`, and those in the padding are zeros (no padded copy
     # of x: ggml's CPU pad is a scalar loop, 0.26 s of the 5 s decode). `cols` must be a node, not a leaf:
@@ -102,12 +117,6 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
         spans.append((k, off, t0, t1))
     head = max(t0 for _, _, t0, _ in spans)          # the first and last columns hold some tap's zeros
     tail = t_out - min(t1 for _, _, _, t1 in spans)
-    if cpu and ops is not None and x.type == types.F32 and x.nb[0] == 4:
-        # the package's C kernel (csrc/ops.c) writes every column row once, zeros included
-        args = ffi.new("struct ggml_tensor *[1]", [x])
-        cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, args, 1, ops.omnivoice_conv_columns, -1,
-                                  _columns_params(K, stride, dilation, padding))            # [IC*K, T_out]
-        return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                     # [OC, T_out]
     zero = lib.ggml_scale(ctx, lib.ggml_view_2d(ctx, x, IC, 1, x.nb[1], 0), 0.0)   # [IC, 1]
     if cpu:
         cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, ffi.NULL, 0, _nothing, 1, ffi.NULL)
@@ -126,7 +135,7 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
                 # CUDA's SET takes contiguous sources only (GGML_ASSERT in set.cu); the CPU's takes strides
                 tap = lib.ggml_cont(ctx, tap)
             cols = lib.ggml_set_2d_inplace(ctx, cols, tap, cols.nb[1], k * IC * x.nb[0] + t0 * cols.nb[1])
-    return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                         # [OC, T_out]
+    return cols
 
 
 _COLUMNS_PARAMS: dict = {}
