@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENDOR = ROOT / "vendor" / "ggml"
 LOCK = VENDOR / "ggml.lock"
+PATCHES = VENDOR / "patches"
 SRC = VENDOR / "src"
 CACHE = Path(os.environ.get("OMNIVOICE_GGML_CACHE", VENDOR / "cache"))
 PKG_GGML = ROOT / "omnivoice" / "ggml"
@@ -103,12 +104,36 @@ def _download(lock: dict, archive: Path) -> None:
         shutil.move(str(got), archive)
 
 
+def source_key(lock: dict) -> str:
+    """What the extracted tree is made of: the pinned archive's sha256, then each patch's, in the order applied."""
+    return ",".join([lock["sha256"], *(f"{p['file']}:{p['sha256']}" for p in lock.get("patches", []))])
+
+
+def apply_patches(lock: dict, dest: Path) -> None:
+    """Apply the lock's patches (vendor/ggml/patches, unified diffs against the ggml folder) in order, each
+    checked against its sha256 first."""
+    for entry in lock.get("patches", []):
+        path = PATCHES / entry["file"]
+        digest = sha256_of(path) if path.exists() else "missing"
+        if digest != entry["sha256"]:
+            raise RuntimeError(f"{path.relative_to(ROOT)}: sha256 {digest} does not match {entry['sha256']} in "
+                               f"{LOCK.relative_to(ROOT)}; refusing to build from it")
+        tool = shutil.which("patch")
+        if tool is None:
+            raise RuntimeError(f"applying {path.name} to the ggml source needs the `patch` program")
+        log(f"applying {path.name}")
+        subprocess.run([tool, "-p1", "--batch", "--forward", "--silent", "-d", str(dest), "-i", str(path)],
+                       check=True)
+
+
 def fetch() -> Path:
-    """Download (once), verify and extract the pinned ggml source; return the ggml source directory."""
+    """Download (once), verify and extract the pinned ggml source and apply our patches to it; return the ggml
+    source directory."""
     lock = read_lock()
     dest = SRC / "ggml"
     stamp = SRC / ".sha256"
-    if dest.joinpath("CMakeLists.txt").exists() and stamp.exists() and stamp.read_text() == lock["sha256"]:
+    key = source_key(lock)
+    if dest.joinpath("CMakeLists.txt").exists() and stamp.exists() and stamp.read_text() == key:
         return dest
 
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -138,7 +163,8 @@ def fetch() -> Path:
             m.name = "ggml/" + rel
             members.append(m)
         tar.extractall(SRC, members=members)
-    stamp.write_text(lock["sha256"])
+    apply_patches(lock, dest)  # a failure leaves no stamp: the next fetch extracts afresh
+    stamp.write_text(key)
     return dest
 
 
@@ -170,14 +196,15 @@ def requested_backends(cmake_args: list[str]) -> list[str]:
     return [BACKEND_LIBS[k] for k, on in wanted.items() if on]
 
 
-def build_key(cmake_args: list[str], generator: str | None, lock_sha256: str) -> str:
-    """The name of the build folder of one configuration: the pinned source, the generator and CMAKE_ARGS.
+def build_key(cmake_args: list[str], generator: str | None, source: str) -> str:
+    """The name of the build folder of one configuration: the pinned source and its patches (source_key), the
+    generator and CMAKE_ARGS.
 
     A new configuration gets a folder of its own instead of reusing a CMake cache that still holds the old
     settings: CMake keeps every -D it was ever given, so `-DGGML_CUDA=ON` once would stay on for good, and a
     later CUDA build on top of a CPU cache would depend on what that cache remembers.
     """
-    blob = json.dumps({"ggml": lock_sha256, "generator": generator or "", "args": cmake_args}, sort_keys=True)
+    blob = json.dumps({"ggml": source, "generator": generator or "", "args": cmake_args}, sort_keys=True)
     return "cmake-" + hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
@@ -214,7 +241,7 @@ def build(build_dir: Path | None = None) -> Path:
     lock = read_lock()
     cmake_args = cmake_args_from_env()
     generator = "Ninja" if shutil.which("ninja") else None
-    build_dir = Path(build_dir or ROOT / "build" / build_key(cmake_args, generator, lock["sha256"]))
+    build_dir = Path(build_dir or ROOT / "build" / build_key(cmake_args, generator, source_key(lock)))
     build_dir.mkdir(parents=True, exist_ok=True)
     configure(ROOT, build_dir, cmake_args, generator)
     jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
@@ -234,7 +261,8 @@ def build(build_dir: Path | None = None) -> Path:
     for p in libs:
         shutil.copy2(p, LIB_OUT / p.name, follow_symlinks=True)
     (LIB_OUT / "build.json").write_text(json.dumps(
-        {"ggml_version": lock["ggml_version"], "ggml_sha256": lock["sha256"], "cmake_args": cmake_args,
+        {"ggml_version": lock["ggml_version"], "ggml_sha256": lock["sha256"],
+         "ggml_patches": [p["file"] for p in lock.get("patches", [])], "cmake_args": cmake_args,
          "build_dir": build_dir.name, "libraries": sorted(p.name for p in libs)}, indent=1))
     log(f"libraries: {', '.join(sorted(p.name for p in libs))}")
     return LIB_OUT

@@ -208,12 +208,17 @@ class Runtime:
         return self.device.backend.lower() == "vulkan"
 
     def supports_flash_attn(self, head_dim: int = 128, kv_type: int | None = None) -> bool:
-        """Whether the primary backend runs ggml_flash_attn_ext for this head size with K/V stored as `kv_type`
-        (default F16), probed once per combination."""
+        """Whether the primary backend runs ggml_flash_attn_ext for this head size on K/V stored and attended as
+        `kv_type` (default F16), probed once per combination. F32 K/V on CUDA count as unsupported: ggml-cuda
+        accepts them but converts them to F16 before attending (fattn-common.cuh, need_f16_K/V), which on the
+        H200 gave 7e-4 relative error in tests/nn and 99.8 % teacher-forced agreement at full size where F32
+        means 100 %; the CPU and Vulkan kernels attend F32 K/V in F32."""
         from . import types
         from .graph import probe_flash_attn
 
         kv_type = types.F16 if kv_type is None else kv_type
+        if kv_type == types.F32 and self.device.backend.lower() == "cuda":
+            return False
         cache = self.__dict__.setdefault("_fa", {})
         if (head_dim, kv_type) not in cache:
             cache[(head_dim, kv_type)] = probe_flash_attn(self, head_dim, kv_type)

@@ -85,7 +85,8 @@ class LanguageModel:
         # Flash attention keeps K/V in F16 on GPUs (their kernels take that and accumulate in F32); the CPU
         # kernel takes F32 K/V and then accumulates in F32 too (with F16 K/V it accumulates V in F16, 1e-2 off
         # in the logits), 2.6x faster than the plain path at 346 positions and float32-exact. A runtime asked
-        # for exact float32 keeps F32 K/V everywhere (Vulkan has an F32 kernel; CUDA then takes the plain path).
+        # for exact float32 keeps F32 K/V everywhere (Vulkan has an F32 kernel; CUDA, whose kernels round K/V to F16,
+        # then takes the plain path: Runtime.supports_flash_attn).
         self.flash_kv = types.F16 if runtime.is_gpu and not runtime.exact_f32 else types.F32
         if flash_attn is None or flash_attn:
             supported = runtime.supports_flash_attn(self.cfg.head_dim, self.flash_kv)

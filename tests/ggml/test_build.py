@@ -45,6 +45,39 @@ def test_each_configuration_builds_in_its_own_folder():
     assert base not in others and len(others) == 3
 
 
+def test_the_patches_are_part_of_the_source_key():
+    lock = {"sha256": "a" * 64}
+    assert build_ext.source_key(lock) == "a" * 64
+    one = build_ext.source_key(dict(lock, patches=[{"file": "0001-x.patch", "sha256": "b" * 64}]))
+    assert one != build_ext.source_key(lock)
+    assert one != build_ext.source_key(dict(lock, patches=[{"file": "0001-x.patch", "sha256": "c" * 64}]))
+
+
+def test_every_pinned_patch_is_there_with_its_hash():
+    for entry in build_ext.read_lock().get("patches", []):
+        assert build_ext.sha256_of(build_ext.PATCHES / entry["file"]) == entry["sha256"], entry["file"]
+
+
+@pytest.mark.skipif(not shutil.which("patch"), reason="the `patch` program applies the pinned patches")
+def test_a_patch_applies_in_order_and_a_changed_one_is_refused(tmp_path, monkeypatch):
+    tree = tmp_path / "ggml"
+    (tree / "src").mkdir(parents=True)
+    (tree / "src" / "k.cu").write_text("int a = 1;\nint b = 2;\n")
+    patches = tmp_path / "patches"
+    patches.mkdir()
+    (patches / "0001.patch").write_text("--- a/src/k.cu\n+++ b/src/k.cu\n@@ -1,2 +1,2 @@\n int a = 1;\n-int b = 2;\n+int b = 3;\n")
+    (patches / "0002.patch").write_text("--- a/src/k.cu\n+++ b/src/k.cu\n@@ -1,2 +1,2 @@\n-int a = 1;\n+int a = 4;\n int b = 3;\n")
+    monkeypatch.setattr(build_ext, "PATCHES", patches)
+    monkeypatch.setattr(build_ext, "ROOT", tmp_path)
+    monkeypatch.setattr(build_ext, "LOCK", tmp_path / "ggml.lock")
+    lock = {"patches": [{"file": f, "sha256": build_ext.sha256_of(patches / f)} for f in ("0001.patch", "0002.patch")]}
+    build_ext.apply_patches(lock, tree)
+    assert (tree / "src" / "k.cu").read_text() == "int a = 4;\nint b = 3;\n"
+    lock["patches"][0]["sha256"] = "0" * 64
+    with pytest.raises(RuntimeError, match="0001.patch: sha256 .* does not match"):
+        build_ext.apply_patches(lock, tree)
+
+
 def test_cmake_args_from_env(monkeypatch):
     monkeypatch.setenv("CMAKE_ARGS", "-DGGML_CUDA=ON  '-DCMAKE_CUDA_FLAGS=-O3 -g'")
     assert build_ext.cmake_args_from_env() == ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_FLAGS=-O3 -g",
@@ -106,5 +139,5 @@ def test_editable_install_fails_when_the_build_fails(tmp_path):
     assert "ggml source not found" in r.stdout + r.stderr
     assert not list(tmp_path.glob("*.whl"))
     key = build_ext.build_key([f"-DOMNIVOICE_GGML_SOURCE={tmp_path / 'nowhere'}", "-DCMAKE_BUILD_TYPE=Release"],
-                              "Ninja", build_ext.read_lock()["sha256"])
+                              "Ninja", build_ext.source_key(build_ext.read_lock()))
     assert not (ROOT / "build" / key).exists()
