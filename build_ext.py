@@ -109,6 +109,69 @@ def source_key(lock: dict) -> str:
     return ",".join([lock["sha256"], *(f"{p['file']}:{p['sha256']}" for p in lock.get("patches", []))])
 
 
+def apply_unified_diff(text: str, root: Path, name: str = "patch") -> None:
+    """Apply a unified diff (`--- a/PATH`, `+++ b/PATH` headers, as `diff -u` writes them) to the files below
+    `root`.
+
+    Exact: every hunk's context and removed lines must match the file at the line its header names, or the file
+    is left as it was and the error names it and the hunk. No fuzz and no offsets: the patches are ours, made
+    against the pinned source, so a mismatch means the source is not what the lock says. No dependency on the
+    `patch` program (a fresh CI machine need not have it)."""
+    lines = text.splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("--- "):
+            i += 1
+            continue
+        if i + 1 >= len(lines) or not lines[i + 1].startswith("+++ "):
+            raise RuntimeError(f"{name}: line {i + 2}: expected a '+++ ' header after '--- '")
+        rel = lines[i + 1][4:].split("\t")[0].strip()
+        rel = rel[2:] if rel.startswith("b/") else rel
+        target = root / rel
+        if ".." in Path(rel).parts or not target.is_file():
+            raise RuntimeError(f"{name}: {rel}: no such file in {root}")
+        old = target.read_text(encoding="utf-8").splitlines(keepends=True)
+        out: list[str] = []
+        at = 0  # lines of `old` consumed so far
+        i += 2
+        while i < len(lines) and lines[i].startswith("@@ "):
+            m = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@", lines[i])
+            if not m:
+                raise RuntimeError(f"{name}: line {i + 1}: not a hunk header: {lines[i].strip()!r}")
+            header = lines[i].strip()
+            n_old, n_new = int(m.group(2) or 1), int(m.group(3) or 1)
+            first = int(m.group(1)) - (1 if n_old else 0)
+            if first < at:
+                raise RuntimeError(f"{name}: {rel}: hunk {header} overlaps the one before it")
+            out += old[at:first]
+            at = first
+            i += 1
+            while n_old or n_new:
+                if i >= len(lines):
+                    raise RuntimeError(f"{name}: {rel}: hunk {header} ends early")
+                line = " \n" if lines[i] == "\n" else lines[i]  # an empty context line whose space an editor stripped
+                tag, body = line[:1], line[1:]
+                if tag in (" ", "-"):
+                    if at >= len(old) or old[at] != body:
+                        raise RuntimeError(f"{name}: {rel}: hunk {header} does not match line {at + 1} of the file "
+                                           "(a source other than the pinned one, or the patch applied already?)")
+                    if tag == " ":
+                        out.append(body)
+                    at += 1
+                    n_old -= 1
+                    n_new -= tag == " "
+                elif tag == "+":
+                    out.append(body)
+                    n_new -= 1
+                else:
+                    raise RuntimeError(f"{name}: line {i + 1}: unexpected {lines[i].strip()!r} in hunk {header}")
+                i += 1
+            if i < len(lines) and lines[i].startswith("\\"):
+                raise RuntimeError(f"{name}: {rel}: files without a final newline are not supported")
+        out += old[at:]
+        target.write_text("".join(out), encoding="utf-8")
+
+
 def apply_patches(lock: dict, dest: Path) -> None:
     """Apply the lock's patches (vendor/ggml/patches, unified diffs against the ggml folder) in order, each
     checked against its sha256 first."""
@@ -118,12 +181,8 @@ def apply_patches(lock: dict, dest: Path) -> None:
         if digest != entry["sha256"]:
             raise RuntimeError(f"{path.relative_to(ROOT)}: sha256 {digest} does not match {entry['sha256']} in "
                                f"{LOCK.relative_to(ROOT)}; refusing to build from it")
-        tool = shutil.which("patch")
-        if tool is None:
-            raise RuntimeError(f"applying {path.name} to the ggml source needs the `patch` program")
         log(f"applying {path.name}")
-        subprocess.run([tool, "-p1", "--batch", "--forward", "--silent", "-d", str(dest), "-i", str(path)],
-                       check=True)
+        apply_unified_diff(path.read_text(), dest, path.name)
 
 
 def fetch() -> Path:

@@ -58,7 +58,6 @@ def test_every_pinned_patch_is_there_with_its_hash():
         assert build_ext.sha256_of(build_ext.PATCHES / entry["file"]) == entry["sha256"], entry["file"]
 
 
-@pytest.mark.skipif(not shutil.which("patch"), reason="the `patch` program applies the pinned patches")
 def test_a_patch_applies_in_order_and_a_changed_one_is_refused(tmp_path, monkeypatch):
     tree = tmp_path / "ggml"
     (tree / "src").mkdir(parents=True)
@@ -76,6 +75,32 @@ def test_a_patch_applies_in_order_and_a_changed_one_is_refused(tmp_path, monkeyp
     lock["patches"][0]["sha256"] = "0" * 64
     with pytest.raises(RuntimeError, match="0001.patch: sha256 .* does not match"):
         build_ext.apply_patches(lock, tree)
+
+
+def test_a_unified_diff_applies_as_diff_wrote_it(tmp_path):
+    """Two files, hunks far apart, an insertion, an empty context line and a removed line that starts with
+    dashes: the same result as the files the diff was made from (diff -u itself, where the machine has it)."""
+    old = {"a.c": "".join(f"line {n}\n" for n in range(1, 40)).replace("line 29\n", "\n"),
+           "sub/b.h": "-- keep\n-- drop\nend\n"}
+    new = {"a.c": old["a.c"].replace("line 3\n", "line three\n").replace("line 30\n", "line 30\nadded\n"),
+           "sub/b.h": "-- keep\nend\n"}
+    before, after, tree = tmp_path / "a", tmp_path / "b", tmp_path / "tree"
+    for root, files in ((before, old), (after, new), (tree, old)):
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+    if shutil.which("diff"):
+        r = subprocess.run(["diff", "-ru", "a", "b"], cwd=tmp_path, capture_output=True, text=True)
+        diff = r.stdout
+    else:  # what diff -ru writes for these files, headers trimmed
+        diff = ("--- a/a.c\n+++ b/a.c\n@@ -1,6 +1,6 @@\n line 1\n line 2\n-line 3\n+line three\n line 4\n line 5\n"
+                " line 6\n@@ -28,6 +28,7 @@\n line 28\n \n line 30\n+added\n line 31\n line 32\n line 33\n"
+                "--- a/sub/b.h\n+++ b/sub/b.h\n@@ -1,3 +1,2 @@\n -- keep\n--- drop\n end\n")
+    build_ext.apply_unified_diff(diff, tree)
+    assert {rel: (tree / rel).read_text() for rel in old} == new
+    with pytest.raises(RuntimeError, match=r"a.c: hunk @@ -1,6 \+1,6 @@ does not match line 3"):
+        build_ext.apply_unified_diff(diff, tree)   # applied already: the file names the hunk that no longer fits
+    assert {rel: (tree / rel).read_text() for rel in old} == new
 
 
 def test_cmake_args_from_env(monkeypatch):
