@@ -64,8 +64,9 @@ def test_a_patch_applies_in_order_and_a_changed_one_is_refused(tmp_path, monkeyp
     (tree / "src" / "k.cu").write_text("int a = 1;\nint b = 2;\n")
     patches = tmp_path / "patches"
     patches.mkdir()
-    (patches / "0001.patch").write_text("--- a/src/k.cu\n+++ b/src/k.cu\n@@ -1,2 +1,2 @@\n int a = 1;\n-int b = 2;\n+int b = 3;\n")
-    (patches / "0002.patch").write_text("--- a/src/k.cu\n+++ b/src/k.cu\n@@ -1,2 +1,2 @@\n-int a = 1;\n+int a = 4;\n int b = 3;\n")
+    head = "--- a/src/k.cu\n+++ b/src/k.cu\n@@ -1,2 +1,2 @@\n"
+    (patches / "0001.patch").write_text(head + " int a = 1;\n-int b = 2;\n+int b = 3;\n")
+    (patches / "0002.patch").write_text(head + "-int a = 1;\n+int a = 4;\n int b = 3;\n")
     monkeypatch.setattr(build_ext, "PATCHES", patches)
     monkeypatch.setattr(build_ext, "ROOT", tmp_path)
     monkeypatch.setattr(build_ext, "LOCK", tmp_path / "ggml.lock")

@@ -15,20 +15,21 @@ OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 R=/tmp/ab; mkdir -p $R
 exec > >(tee -a "$R/h200_patch_ab.log") 2>&1
 BEFORE=/tmp/lib-before; mkdir -p $BEFORE
-cat "${CUDA_LIB_ARCHIVE_BEFORE:?the archive of the build to compare against}"/*.tar.xz.* | xz -d | tar -C $BEFORE -xf - || exit 1
+cat "${CUDA_LIB_ARCHIVE_BEFORE:?the archive of the build to compare against}"/*.tar.xz.* | xz -d |
+  tar -C $BEFORE -xf - || exit 1
 cat $BEFORE/_lib/build.json; echo
 BUDGET_S=${BUDGET_S:-580} source tools/device/batch_setup.sh || exit 1   # builds this tree (no CUDA_LIB_ARCHIVE)
 cat omnivoice/ggml/_lib/build.json; echo
 save() { tar -czf "$OUT/results.tgz" -C /tmp ab; }
 stamp "tests on CUDA, $(left) s left"
-OMNIVOICE_TEST_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -rs --junitxml $R/tests-cuda.xml \
-  tests/nn tests/ggml tests/models tests/parity tests/test_api.py 2>&1 | tail -15
+OMNIVOICE_TEST_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -rs \
+  --junitxml $R/tests-cuda.xml tests/nn tests/ggml tests/models tests/parity tests/test_api.py 2>&1 | tail -15
 save
 for q in f32 bf16; do
   stamp "parity $q"
   env $([ $q = f32 ] && echo OMNIVOICE_EXACT_F32=1) timeout 120 python3 tools/lm_parity_full.py --checkpoint "$CKPT" \
-    --gguf-dir "$W/gguf" --ref .devcarry/ref_auto5.npz --backend cuda --flash --quants $q --json $R/parity_$q.json 2>&1 |
-    grep -v '^{' | tail -3
+    --gguf-dir "$W/gguf" --ref .devcarry/ref_auto5.npz --backend cuda --flash --quants $q \
+    --json $R/parity_$q.json 2>&1 | grep -v '^{' | tail -3
 done
 save
 steps() {  # label, lib dir, extra args
