@@ -6,7 +6,8 @@
 #   .gl        the libglvnd set and a Vulkan loader from Debian 12 (the device README's recipe)
 #   .vk        Debian 13's Vulkan loader, headers, SPIR-V headers and glslc (shaderc 2025.2), for building
 #              ggml's Vulkan backend there (tools/device/vulkan_env.sh unpacks them into /opt/vk)
-#   .devcarry/ggml-src.tar.xz   the pinned ggml tree as `build_ext.py fetch` extracted and sha256-checked it,
+#   .devcarry/ggml-src.tar.xz   the pinned ggml tree as `build_ext.py fetch` extracted, sha256-checked and
+#              patched it (vendor/ggml/patches; its stamp names them, so delete the tar after a patch changes),
 #              less the backends the device does not build (the pinned 77 MB sdist does not fit a call)
 #   .devcarry/ref_auto5.npz     the PyTorch reference's dump of a 5 s auto-voice generate() on the full seed-0
 #              checkpoint (tools/lm_parity_full.py compares step-0 logits and MaskGIT choices against it)
