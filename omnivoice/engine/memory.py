@@ -25,8 +25,10 @@ log = logging.getLogger("omnivoice")
 # outputs and other processes need the rest.
 MEMORY_SHARE = 0.5
 # Requests per step when the batch size is "auto". On a GPU a step is bound by kernel launches, not arithmetic,
-# up to many requests; on the CPU a step is bound by arithmetic already at one request, so more only add
-# latency (BENCHMARKS.md, batched engine).
+# up to many requests. On the CPU a packed step costs what its requests cost one after the other (BENCHMARKS.md:
+# the 2-core Zen 3 and the 16-thread Xeon), so batching there adds no throughput; it is kept for what it does to
+# latency under mixed lengths: a short request joins the running batch instead of waiting for a long one to end
+# (for similar requests one at a time is better: `max_batch=1`, measured in BENCHMARKS.md's server section).
 AUTO_MAX_REQUESTS_GPU = 128
 AUTO_MAX_REQUESTS_CPU = 8
 

@@ -18,6 +18,7 @@
 # CPU_LIB_DIR (an existing build instead of compiling), REF_PYTHON (an interpreter with the reference), and
 # $W/site/.done made by hand where the interpreter already has our dependencies. PARITY=1: see 3b. PART=matmul: after the build,
 # only tools/matmul_bench.py (MATMUL_THREADS 16,2; MATMUL_TYPES f32,f16,bf16,q8_0,q4_k) against numpy and torch.
+# PART=batch: after the conversions, only the LM step of 1, 2 and 4 packed prompts (BATCH_THREADS, 16).
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
 start=$(date +%s); left() { echo $(( ${BUDGET_S:-540} - ($(date +%s) - start) )); }
@@ -76,6 +77,14 @@ log "convert $QUANTS"
 python3 -c "import sys; sys.path.insert(0, 'tools'); import bench, pathlib;
 bench.convert(pathlib.Path('$W/ckpt'), pathlib.Path('$W/gguf-cpu'), '$QUANTS'.split(','))" > "$OUT/convert.log" 2>&1 ||
   { tail -20 "$OUT/convert.log"; exit 1; }
+
+if [ "${PART:-bench}" = batch ]; then  # does packing requests pay on this many-core CPU? (the server's batch size)
+  log "LM step of 1, 2 and 4 packed auto5 prompts at ${BATCH_THREADS:-16} threads"
+  timeout $(( $(left) - 5 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf-cpu" --quants "$QUANTS" --backend cpu \
+    --threads "${BATCH_THREADS:-16}" --shapes auto5 --batch 1,2,4 --repeats 3 --json "$OUT/xeon-batch.jsonl" 2>&1 |
+    tee "$OUT/xeon-batch.md"
+  exit 0
+fi
 
 # 3b. With PARITY=1 (carry .devcarry/ref_auto5.npz, tools/device/prepare_carry.sh): each type's step-0 logits and
 # teacher-forced choices against the reference's float32 dump (tools/lm_parity_full.py), e.g. to check a layout
