@@ -128,7 +128,7 @@ def apply_unified_diff(text: str, root: Path, name: str = "patch") -> None:
         rel = lines[i + 1][4:].split("\t")[0].strip()
         rel = rel[2:] if rel.startswith("b/") else rel
         target = root / rel
-        if ".." in Path(rel).parts or not target.is_file():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts or not target.is_file():
             raise RuntimeError(f"{name}: {rel}: no such file in {root}")
         old = target.read_text(encoding="utf-8").splitlines(keepends=True)
         out: list[str] = []

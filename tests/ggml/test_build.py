@@ -102,6 +102,12 @@ def test_a_unified_diff_applies_as_diff_wrote_it(tmp_path):
     with pytest.raises(RuntimeError, match=r"a.c: hunk @@ -1,6 \+1,6 @@ does not match line 3"):
         build_ext.apply_unified_diff(diff, tree)   # applied already: the file names the hunk that no longer fits
     assert {rel: (tree / rel).read_text() for rel in old} == new
+    outside = tmp_path / "outside.c"
+    outside.write_text("line 1\n")
+    for name in (str(outside), "../outside.c"):   # only files below the tree, whatever the header says
+        with pytest.raises(RuntimeError, match="no such file in"):
+            build_ext.apply_unified_diff(f"--- a/x\n+++ {name}\n@@ -1 +1 @@\n-line 1\n+line one\n", tree)
+    assert outside.read_text() == "line 1\n"
 
 
 def test_cmake_args_from_env(monkeypatch):
