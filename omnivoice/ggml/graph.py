@@ -151,6 +151,7 @@ class Graph:
     # ------------------------------------------------------------------------------------------- building
     def input(self, name: str, dtype, shape: tuple[int, ...]):
         """Declare a named input tensor with a numpy-order shape; fed by `compute(name=array)`."""
+        self._check_open()
         if name in self._inputs:
             raise ValueError(f"input {name!r} declared twice")
         ggml_type = types.from_numpy(dtype) if not isinstance(dtype, int) else dtype
@@ -176,6 +177,7 @@ class Graph:
 
     def output(self, name: str, t):
         """Mark a tensor as a named output, read back by `compute`."""
+        self._check_open()
         if not lib.ggml_is_contiguous(t):
             t = lib.ggml_cont(self.ctx, t)
         set_name(t, name)
@@ -190,6 +192,7 @@ class Graph:
         that does not fit raises MemoryError naming `what`, the size and what is available, before anything
         is allocated.
         """
+        self._check_open()
         if not self._outputs:
             raise ValueError("graph has no outputs")
         self._gf = lib.ggml_new_graph_custom(self.ctx, self.max_nodes, False)
@@ -251,6 +254,7 @@ class Graph:
     # ------------------------------------------------------------------------------------------- running
     def set_input(self, name: str, array: np.ndarray) -> None:
         """Copy new data into a named input (the graph keeps its allocation)."""
+        self._check_open()
         try:
             t = self._inputs[name]
         except KeyError:
@@ -271,18 +275,28 @@ class Graph:
 
     def read_outputs(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
         """The named outputs (all by default) of the last run, as numpy arrays."""
+        self._check_open()
         names = names if names is not None else list(self._outputs)
         return {n: read_tensor(self._outputs[n]) for n in names}
 
     def tensor(self, name: str):
         """A named input or output tensor."""
+        self._check_open()
         return self._inputs.get(name) or self._outputs[name]
 
     # ------------------------------------------------------------------------------------------- lifetime
+    def _check_open(self) -> None:
+        """Every tensor of the graph lives in its context: after close() they are freed memory, which a read or
+        write would reach without this check (n_nodes on a closed session's graph crashed the process)."""
+        if self.ctx is None:
+            raise RuntimeError(f"{self.what} is closed")
+
     def close(self) -> None:
         # Each handle is detached before it is freed: a Ctrl-C is raised right after a C call returns, and
         # one between a free and the reset would have the next close() free it again (a segfault the batch
-        # CLI's Ctrl-C test hit once in about fifty runs).
+        # CLI's Ctrl-C test hit once in about fifty runs). The graph and the named tensors point into the
+        # context: they go first.
+        self._gf, self._inputs, self._outputs = None, {}, {}
         sched, self._sched = self._sched, None
         if sched is not None:
             lib.ggml_backend_sched_free(sched)

@@ -41,6 +41,13 @@ def test_graph_replay_and_input_checks(runtime, rng):
             g.compute(c=x)
         with pytest.raises(ValueError, match="not part of the allocated graph"):
             g.compute(unused=np.zeros(2, np.float32))
+    # after close every tensor of the graph is freed memory: each use is an error, not a read of it
+    assert g.n_nodes == 0 and g.buffer_size() == 0
+    for use in (lambda: g.compute(a=x), lambda: g.set_input("a", x), lambda: g.read_outputs(),
+                lambda: g.tensor("y"), lambda: g.input("c", np.float32, (2,)), g.allocate):
+        with pytest.raises(RuntimeError, match="the compute graph is closed"):
+            use()
+    g.close()  # twice is fine
 
 
 @pytest.mark.parametrize("in_place", [True, False])
