@@ -172,12 +172,10 @@ class Runtime:
         if self.device.backend.lower() == "vulkan":
             self.exact_f32 = _vulkan_mode(self.exact_f32)
         self._backends = []
-        self.backend = self._init(dev)
-        if self.device.kind == "cpu":
-            self.cpu = self.backend
-        else:
+        self._init(dev)
+        if self.device.kind != "cpu":
             _, cpu_dev = find_device("cpu")
-            self.cpu = self._init(cpu_dev)
+            self._init(cpu_dev)
 
     def _init(self, dev) -> object:
         backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
@@ -193,7 +191,20 @@ class Runtime:
     @property
     def backends(self) -> list:
         """Primary first, CPU last: the order the scheduler wants."""
+        if not self._backends:
+            # freed handles would crash ggml, and a scheduler of no backend aborts it
+            raise RuntimeError(f"the runtime on {self.device.spec} is closed")
         return list(self._backends)
+
+    @property
+    def backend(self):
+        """The primary backend's handle."""
+        return self.backends[0]
+
+    @property
+    def cpu(self):
+        """The CPU backend's handle (the primary one on a CPU runtime)."""
+        return self.backends[-1]
 
     @property
     def is_gpu(self) -> bool:

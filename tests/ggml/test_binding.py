@@ -50,6 +50,16 @@ def test_graph_replay_and_input_checks(runtime, rng):
     g.close()  # twice is fine
 
 
+def test_a_closed_runtime_refuses_use():
+    rt = Runtime("cpu", 1)
+    rt.close()
+    for use in (lambda: rt.backend, lambda: rt.cpu,
+                lambda: WeightStore.from_arrays(rt, {"w": np.zeros(4, np.float32)})):
+        with pytest.raises(RuntimeError, match="the runtime on cpu:0 is closed"):
+            use()
+    rt.close()
+
+
 @pytest.mark.parametrize("in_place", [True, False])
 def test_weights_from_a_gguf_in_place_or_copied(tiny_gguf, in_place):
     from omnivoice.gguf import open_model
