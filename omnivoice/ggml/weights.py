@@ -60,6 +60,7 @@ class WeightStore:
         self._ctxs: list = []
         self._room = 0
         self._buffers: list = []
+        self.closed = False  # close() sets it: the tensors are freed memory from then on
         self._uploaded = False
 
     # ------------------------------------------------------------------------------------------ building
@@ -238,6 +239,7 @@ class WeightStore:
         # detached before freed, one at a time: a Ctrl-C after any free must not lead to a second (Graph.close)
         buffers, ctxs = getattr(self, "_buffers", []), getattr(self, "_ctxs", [])
         self._buffers, self._ctxs, self._region, self._tensors = [], [], None, {}
+        self.closed = True
         while buffers:
             lib.ggml_backend_buffer_free(buffers.pop())
         while ctxs:

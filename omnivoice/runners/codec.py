@@ -76,6 +76,7 @@ class AudioCodec:
         self.max_encode_samples = int(max_encode_samples)
         self._graphs: OrderedDict[tuple, Graph] = OrderedDict()
         self._owns = tuple(owns)
+        self._closed = False
 
     # ---------------------------------------------------------------------------------------- properties
     @property
@@ -127,6 +128,10 @@ class AudioCodec:
         self._graphs[key] = g
         return g
 
+    def _check_open(self) -> None:
+        if self._closed:  # the weight records (shapes read for planning too) point at freed memory
+            raise RuntimeError("this AudioCodec is closed")
+
     def clear_graphs(self) -> None:
         """Free every cached graph and its compute buffers."""
         while self._graphs:
@@ -159,6 +164,7 @@ class AudioCodec:
         Short sequences share one graph (one chain each, so lengths may differ); the frames fed to one graph
         never exceed window_frames.
         """
+        self._check_open()
         if not self.can_decode:
             raise RuntimeError("this codec was loaded without its decoder (parts=('encode',))")
         if len(codes_list) == 0:
@@ -204,6 +210,7 @@ class AudioCodec:
         semantic_features [T, 768] (HuBERT mean hidden state, every 2nd frame), e_semantic and e_acoustic
         [C, T], latent [1024, T] (after fc).
         """
+        self._check_open()
         if not return_intermediates:
             return self.encode_batch([audio])[0]
         names = ("semantic_features", "e_semantic", "e_acoustic", "latent")
@@ -223,6 +230,7 @@ class AudioCodec:
         """Encode several mono clips [N_i] at sample_rate -> int32 codes [n_codebooks, T_i] each, the codes
         `encode` gives for each alone: clips share graphs, one chain each (at most MAX_ENCODE_CHAINS and
         max_encode_samples samples per graph), so one graph is built for several reference lengths."""
+        self._check_open()
         if not self.can_encode:
             raise RuntimeError("this codec was loaded without its encoder (parts=('decode',))")
         inputs = [self._encode_input(c, f"clips[{i}]" if len(clips) > 1 else "audio") for i, c in enumerate(clips)]
@@ -285,6 +293,7 @@ class AudioCodec:
     # ---------------------------------------------------------------------------------------- lifetime
     def close(self) -> None:
         """Free the graphs, then what this object owns (its weights and runtime when load_codec made them)."""
+        self._closed = True
         self.clear_graphs()
         for obj in self._owns:
             obj.close()

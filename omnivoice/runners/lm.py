@@ -115,6 +115,8 @@ class LanguageModel:
                 with_logits: bool = False) -> "ChunkSession":
         """A graph for these prompts' shapes, ready to be stepped. `guidance_scale` and `greedy` are one value
         for all prompts or one per prompt (a batch mixes requests with different settings)."""
+        if self.store.closed:  # a graph built now would point at freed weights
+            raise RuntimeError(f"the language model of {self.store.source} is closed")
         return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)
 
     def close(self) -> None:

@@ -117,6 +117,16 @@ def test_encode_rejects_bad_audio(codec):
         codec.encode(np.zeros(24000, np.int16))
 
 
+def test_a_closed_codec_refuses_work(tiny_gguf, backend_spec):
+    c = load_codec(tiny_gguf["codec"], backend_spec)
+    c.close()
+    with pytest.raises(RuntimeError, match="closed"):   # its weight records point at freed memory
+        c.decode(np.zeros((c.n_codebooks, 10), np.int32))
+    with pytest.raises(RuntimeError, match="closed"):
+        c.encode(np.zeros(4 * c.sample_rate, np.float32))
+    c.close()
+
+
 # ------------------------------------------------------------------------------------------------ decode
 
 @pytest.mark.parametrize("case", ["dec_0", "dec_1", "a"])

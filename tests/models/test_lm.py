@@ -96,6 +96,13 @@ def test_stacked_projections_compute_the_same(runtime, tiny_gguf, rng, quant):
     np.testing.assert_array_equal(stacked["pred"], separate["pred"])
 
 
+def test_a_closed_model_refuses_new_sessions(runtime, tiny_gguf, rng):
+    model = LanguageModel(runtime, tiny_gguf["f32"])
+    model.close()
+    with pytest.raises(RuntimeError, match="is closed"):   # its weight records point at freed memory
+        model.session([random_prompt(rng, 13, 9, 21)], 2.0, True)
+
+
 @pytest.mark.parametrize("n_ref", [0, 1])  # an even and an odd packed length
 def test_matrix_product_inputs_are_64_byte_aligned(lm, rng, n_ref, runtime):
     from omnivoice.ggml import ffi, lib
