@@ -219,6 +219,8 @@ class WeightStore:
 
     # ------------------------------------------------------------------------------------------ access
     def __getitem__(self, name: str) -> Tensor:
+        if self.closed:
+            raise RuntimeError(f"{self.source}: the weight store is closed")
         try:
             return self._tensors[name]
         except KeyError:

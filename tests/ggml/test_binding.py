@@ -60,6 +60,14 @@ def test_a_closed_runtime_refuses_use():
     rt.close()
 
 
+def test_a_closed_weight_store_says_so(runtime):
+    store = WeightStore.from_arrays(runtime, {"w": np.zeros(4, np.float32)})
+    assert "w" in store and not store.closed
+    store.close()
+    with pytest.raises(RuntimeError, match="the weight store is closed"):
+        store["w"]
+
+
 @pytest.mark.parametrize("in_place", [True, False])
 def test_weights_from_a_gguf_in_place_or_copied(tiny_gguf, in_place):
     from omnivoice.gguf import open_model
