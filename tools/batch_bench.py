@@ -7,7 +7,8 @@
 
 For each N it builds N requests of `--duration` seconds (a fixed duration, so every request is the same
 length of audio; `--mix mixed` cycles auto, voice design and cloning from the synthetic clip of
-tools/reference/synth_clip.py, `--mix multilingual` the same over texts in seven languages; seeds 0..N-1 with the default sampling, position temperature 5), then times
+tools/reference/synth_clip.py, `--mix multilingual` the same over texts in seven languages; seeds 0..N-1 with
+the default sampling, position temperature 5), then times
     one by one   ov.synthesize() for each request in turn (clones reuse one voice prompt made beforehand),
     batched      ov.synthesize_batch(requests, batch_size=N) (clones from the clip: encoded once, cached),
 alternating which goes first from one repeat to the next, after one untimed warm-up of each. Reported: the

@@ -16,8 +16,9 @@
 # report after every case, so a cut run keeps what it measured. Knobs: QUANTS (f32,f16,bf16,q8_0), QUANTS_T2
 # (f32,f16), STEPS (8), REPEATS (1), WARMUP (1); for a local check of this script's CPU path: PRESET=tiny,
 # CPU_LIB_DIR (an existing build instead of compiling), REF_PYTHON (an interpreter with the reference), and
-# $W/site/.done made by hand where the interpreter already has our dependencies. PARITY=1: see 3b. PART=matmul: after the build,
-# only tools/matmul_bench.py (MATMUL_THREADS 16,2; MATMUL_TYPES f32,f16,bf16,q8_0,q4_k) against numpy and torch.
+# $W/site/.done made by hand where the interpreter already has our dependencies. PARITY=1: see 3b.
+# PART=matmul: after the build, only tools/matmul_bench.py (MATMUL_THREADS 16,2; MATMUL_TYPES
+# f32,f16,bf16,q8_0,q4_k) against numpy and torch.
 # PART=batch: after the conversions, only the LM step of 1, 2 and 4 packed prompts (BATCH_THREADS, 16).
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
@@ -61,12 +62,14 @@ else
   export OMNIVOICE_GGML_LIB_DIR=$PWD/build/cpu-native/lib
 fi
 python3 -c "from omnivoice.ggml import list_devices; print([d.description for d in list_devices()])" >&2 || exit 1
-python3 -c "from omnivoice.ggml import Runtime, lib; rt = Runtime('cpu'); print('extra buffer types', list(rt.extra_buffer_types),
+python3 -c "from omnivoice.ggml import Runtime, lib; rt = Runtime('cpu');
+print('extra buffer types', list(rt.extra_buffer_types),
   {t: rt.weight_buffer(getattr(lib, 'GGML_TYPE_' + t), [1024, 3072]) for t in ('Q8_0', 'Q4_K', 'Q4_0')})" >&2
 if [ "${PART:-bench}" = matmul ]; then  # the products alone, by weight type, against numpy and torch
   log "matmul_bench at ${MATMUL_THREADS:-16,2} threads"
-  timeout $(( $(left) - 5 )) python3 tools/matmul_bench.py --shapes down,gate,heads --types "${MATMUL_TYPES:-f32,f16,bf16,q8_0,q4_k}" \
-    --threads "${MATMUL_THREADS:-16,2}" --repack --numpy --torch python3 --json "$OUT/xeon-matmul.jsonl" 2>&1 |
+  timeout $(( $(left) - 5 )) python3 tools/matmul_bench.py --shapes down,gate,heads \
+    --types "${MATMUL_TYPES:-f32,f16,bf16,q8_0,q4_k}" --threads "${MATMUL_THREADS:-16,2}" --repack --numpy \
+    --torch python3 --json "$OUT/xeon-matmul.jsonl" 2>&1 |
     tee "$OUT/xeon-matmul.md"
   exit 0
 fi
