@@ -154,6 +154,19 @@ def _nothing(dst, ith, nth, _user):
     """ggml custom op that leaves its output as allocated (it is overwritten whole by the nodes after it)."""
 
 
+def pad_columns(ctx, x, left: int, right: int):
+    """x [C, T] with `left` and `right` zero columns added: [C, left + T + right].
+
+    A contiguous x is padded as one flat row of C*T values (the same bytes): CUDA's PAD kernel puts ne1 in its
+    grid's y dimension, which holds at most 65535, and the DAC's last transposed conv pads 80 000 columns for
+    20 s of audio ("invalid argument", found on the H200)."""
+    C, T = x.ne[0], x.ne[1]
+    if lib.ggml_is_contiguous(x) and lib.ggml_nelements(x) == C * T:
+        flat = lib.ggml_pad_ext(ctx, lib.ggml_reshape_1d(ctx, x, C * T), left * C, right * C, 0, 0, 0, 0, 0, 0)
+        return lib.ggml_reshape_2d(ctx, flat, C, left + T + right)
+    return lib.ggml_pad_ext(ctx, x, 0, 0, left, right, 0, 0, 0, 0)
+
+
 def conv_transpose1d_cl(ctx, x, w, b, stride: int, padding: int, output_padding: int, out_channels: int):
     """PyTorch ConvTranspose1d on channels-last activations: x [IC, T] -> [OC, (T-1)*stride - 2p + K + op].
 
@@ -174,7 +187,7 @@ def conv_transpose1d_cl(ctx, x, w, b, stride: int, padding: int, output_padding:
         raise ValueError(f"conv_transpose1d_cl: output_padding {output_padding} must lie in [0, padding={padding}]")
     m = K // stride
     if m > 1:
-        x = lib.ggml_pad_ext(ctx, x, 0, 0, m - 1, m - 1, 0, 0, 0, 0)                 # [IC, T + 2(m-1)]
+        x = pad_columns(ctx, x, m - 1, m - 1)                                       # [IC, T + 2(m-1)]
     z = lib.ggml_mul_mat(ctx, w, x)                                                  # [K*OC, T + 2(m-1)]
     es = z.nb[0]
     n = T + m - 1

@@ -390,6 +390,26 @@ def test_conv_transpose1d_channels_last(run, rng, stride, K):
     assert rel_err(y, want.T) < 1e-5
 
 
+def test_conv_transpose1d_channels_last_long_signal(run, rng):
+    """More than 65535 input columns (the DAC's last upsampling of 20 s of audio takes 80 000): CUDA's PAD
+    kernel cannot launch a grid that tall, so the padding is done on the flat tensor."""
+    IC, OC, T, stride, K = 2, 3, 70000, 2, 4
+    p, op = 1, 0
+    x = rng.standard_normal((IC, T)).astype(np.float32)
+    w = rng.standard_normal((IC, OC, K)).astype(np.float32)
+    b = rng.standard_normal(OC).astype(np.float32)
+    y = run(lambda ctx, ws, x: nn.conv_transpose1d_cl(ctx, x, ws["w"], ws["b"], stride, p, op, OC),
+            {"x": np.ascontiguousarray(x.T)}, {"w": nn.conv_transpose_weight_cl(conv_transpose_weight(w), OC), "b": b})
+    # the scatter form, vectorised over t: output t*stride - p + k gets x[:, t] @ w[:, :, k]
+    want = np.zeros((OC, (T - 1) * stride - 2 * p + K + op)) + b[:, None]
+    for k in range(K):
+        o = np.arange(T) * stride - p + k
+        keep = (o >= 0) & (o < want.shape[1])
+        want[:, o[keep]] += w[:, :, k].astype(np.float64).T @ x[:, keep].astype(np.float64)
+    assert y.shape == want.T.shape
+    assert rel_err(y, want.T) < 1e-5
+
+
 def test_conv1d_channels_last_gpu_path_sets_contiguous_sources(run, rng, monkeypatch):
     """CUDA's SET asserts a contiguous source (ggml-cuda/set.cu): the GPU path copies strided taps first. The CPU
     accepts strided sources, so this checks every SET the GPU path builds (stride 2, as the encoder's)."""

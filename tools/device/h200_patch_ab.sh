@@ -3,7 +3,8 @@
 # CUDA build of this tree (vendor/ggml/patches applied by build_ext.py fetch), archived into $OUT/cudalib, then
 # the CUDA tests and the full-size F32 and BF16 parity runs on it, then LM step times and kernel profiles
 # alternately on the previous build (CUDA_LIB_ARCHIVE, the archive of an earlier build) and this one: one
-# prompt (auto5, clone5, auto20) and packed batches of 16 and 64 auto5 prompts.
+# prompt (auto5, clone5, auto20) and packed batches of 16 and 64 auto5 prompts, the batches once per graph
+# variant of BATCH_VARIANTS (default: the runtime's own; e.g. "default kv_rows,bucket_products").
 #
 #     ARCHIVE=1 CUDA_LIB_ARCHIVE_BEFORE=.devcarry/cudalib bash tools/device/h200_patch_ab.sh
 #         # carry .whl .devcarry/cudalib .devcarry/ggml-src.tar.xz (made from the patched tree:
@@ -23,7 +24,8 @@ cat omnivoice/ggml/_lib/build.json; echo
 save() { tar -czf "$OUT/results.tgz" -C /tmp ab; }
 stamp "tests on CUDA, $(left) s left"
 OMNIVOICE_TEST_BACKEND=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider -rs \
-  --junitxml $R/tests-cuda.xml tests/nn tests/ggml tests/models tests/parity tests/test_api.py 2>&1 | tail -15
+  --junitxml $R/tests-cuda.xml tests/nn tests/ggml tests/models tests/parity tests/test_api.py \
+  tests/engine/test_batch_equals_solo.py 2>&1 | tail -15
 save
 for q in f32 bf16; do
   stamp "parity $q"
@@ -44,7 +46,9 @@ for label in before after before after; do  # alternated, so that a drift of the
   (( $(left) > 60 )) || { stamp "no time left for $label"; break; }
   prof=$(( round < 2 ? ${PROFILE:-2} : 0 )); round=$(( round + 1 ))
   steps $label $dir --shapes auto5,clone5,auto20 --profile $prof
-  steps $label $dir --shapes auto5 --batch 16,64 --profile $prof
+  for v in ${BATCH_VARIANTS:-default}; do
+    steps $label $dir --shapes auto5 --batch 16,64 --profile $prof $([ $v = default ] || echo --variant $v)
+  done
   save
 done
 stamp "done"; save
