@@ -4,7 +4,7 @@
 # the CUDA tests and the full-size F32 and BF16 parity runs on it, then LM step times and kernel profiles
 # alternately on the previous build (CUDA_LIB_ARCHIVE, the archive of an earlier build) and this one: one
 # prompt (auto5, clone5, auto20) and packed batches of 16 and 64 auto5 prompts, the batches once per graph
-# variant of BATCH_VARIANTS (default: the runtime's own; e.g. "default kv_rows,bucket_products").
+# variant of BATCH_VARIANTS (default: the runtime's own; e.g. "default qk_rope,kv_rows").
 #
 #     ARCHIVE=1 CUDA_LIB_ARCHIVE_BEFORE=.devcarry/cudalib bash tools/device/h200_patch_ab.sh
 #         # carry .whl .devcarry/cudalib .devcarry/ggml-src.tar.xz (made from the patched tree:
