@@ -349,11 +349,10 @@ def conv_transpose1d_ref(x, w, b, stride, padding, output_padding):
     _, OC, K = w.shape
     t_out = (T - 1) * stride - 2 * padding + K + output_padding
     y = np.zeros((OC, t_out))
-    for t in range(T):
-        for k in range(K):
-            o = t * stride - padding + k
-            if 0 <= o < t_out:
-                y[:, o] += x[:, t] @ w[:, :, k]
+    for k in range(K):  # tap k sends input t to output t*stride - padding + k (distinct outputs for one k)
+        o = np.arange(T) * stride - padding + k
+        keep = (o >= 0) & (o < t_out)
+        y[:, o[keep]] += w[:, :, k].T @ x[:, keep]
     return y + b[:, None]
 
 
@@ -400,12 +399,7 @@ def test_conv_transpose1d_channels_last_long_signal(run, rng):
     b = rng.standard_normal(OC).astype(np.float32)
     y = run(lambda ctx, ws, x: nn.conv_transpose1d_cl(ctx, x, ws["w"], ws["b"], stride, p, op, OC),
             {"x": np.ascontiguousarray(x.T)}, {"w": nn.conv_transpose_weight_cl(conv_transpose_weight(w), OC), "b": b})
-    # the scatter form, vectorised over t: output t*stride - p + k gets x[:, t] @ w[:, :, k]
-    want = np.zeros((OC, (T - 1) * stride - 2 * p + K + op)) + b[:, None]
-    for k in range(K):
-        o = np.arange(T) * stride - p + k
-        keep = (o >= 0) & (o < want.shape[1])
-        want[:, o[keep]] += w[:, :, k].astype(np.float64).T @ x[:, keep].astype(np.float64)
+    want = conv_transpose1d_ref(x.astype(np.float64), w.astype(np.float64), b, stride, p, op)
     assert y.shape == want.T.shape
     assert rel_err(y, want.T) < 1e-5
 
