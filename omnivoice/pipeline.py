@@ -296,7 +296,14 @@ class _GuidedChunk:
         self.session, self.mask_id = session, mask_id
 
     def guided_argmax(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        r = self.session.step([tokens])[0]
+        return self.launch_guided_argmax(tokens)()
+
+    def launch_guided_argmax(self, tokens: np.ndarray) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+        self.session.launch([tokens])
+        return self._argmax
+
+    def _argmax(self) -> tuple[np.ndarray, np.ndarray]:
+        r = self.session.finish()[0]
         if "pred" in r:
             return r["pred"], r["score"]
         lp = r["log_probs"]

@@ -21,7 +21,7 @@ import numpy as np
 from .maskgit import MaskGitState, StepChoice, gumbel_noise
 from .philox import rand_like_many
 
-__all__ = ["step_many"]
+__all__ = ["draw_position_noise", "step_many"]
 
 # Positions of noise per worker thread at least: below this a thread costs more than it saves.
 MIN_POSITIONS_PER_WORKER = 4096
@@ -58,6 +58,15 @@ def _position_noise(states: Sequence[MaskGitState]) -> list[np.ndarray]:
     return [x for part in _pool.map(_noise, groups) for x in part]
 
 
+def draw_position_noise(states: Sequence[MaskGitState]) -> None:
+    """Draw the next step's position noise of every state whose only draw it is (MaskGitState.noise_first)
+    and that has none yet, all together; e.g. while the LM runs. A state that samples its classes draws
+    class noise first, so it draws its own position noise after that, inside choose()."""
+    todo = [s for s in states if s.noise_first and s.position_noise is None]
+    for s, values in zip(todo, _position_noise(todo) if todo else []):
+        s.set_position_noise(s.tokens == s.mask_id, values)
+
+
 def step_many(states: Sequence[MaskGitState], outputs: Sequence[dict]) -> list[StepChoice | ValueError]:
     """Advance each state by one step from its LM output and return the choices.
 
@@ -71,23 +80,14 @@ def step_many(states: Sequence[MaskGitState], outputs: Sequence[dict]) -> list[S
     rngs = [id(s.rng) for s in states if s.rng is not None]
     if len(set(rngs)) != len(rngs):
         raise ValueError("step_many: two states share a generator; each chunk in a step needs its own stream")
-    # Position noise of the greedy chunks, drawn together. A chunk that samples its classes draws class noise
-    # first, so it draws its own position noise after that, inside choose().
-    noisy = [i for i, s in enumerate(states) if s.greedy and s.config.position_temperature > 0 and not s.done]
-    noise: dict[int, np.ndarray] = {}
-    for i, values in zip(noisy, _position_noise([states[i] for i in noisy]) if noisy else []):
-        s = states[i]
-        full = np.zeros(s.tokens.shape, np.float32)
-        full[s.tokens == s.mask_id] = values
-        noise[i] = full
-    choices: list = []
-    for i, (state, out) in enumerate(zip(states, outputs)):
+    for i, state in enumerate(states):
         if state.done:
             raise ValueError(f"step_many: state {i} has no step left")
+    draw_position_noise(states)
+    choices: list = []
+    for state, out in zip(states, outputs):
         try:
-            if i in noise:
-                choice = state.choose(pred=out["pred"], score=out["score"], position_noise=noise[i])
-            elif state.greedy:
+            if state.greedy:
                 choice = state.choose(pred=out["pred"], score=out["score"])
             else:
                 choice = state.choose(log_probs=out["log_probs"])

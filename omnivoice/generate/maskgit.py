@@ -33,7 +33,7 @@ from typing import Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from .cuda_math import logf
-from .philox import CudaPhiloxGenerator
+from .philox import CudaPhiloxGenerator, rand_like_many
 from .schedule import unmask_schedule
 
 __all__ = [
@@ -103,6 +103,10 @@ class GuidedLM(Protocol):
         log_probs = log_softmax(c + g * (c - u))   # or log_softmax(cond_logits) when g == 0
 
     in float32, as the reference's ``_predict_tokens_with_scoring`` does.
+
+    A runner may also offer ``launch_guided_argmax(tokens)``: start what ``guided_argmax`` computes and
+    return a function that waits for it and returns ``(pred, score)``. The loop then draws the step's
+    position noise while the LM runs (on a GPU the run is queued, so the host's draw costs no time).
     """
 
     def guided_log_probs(self, tokens: np.ndarray) -> np.ndarray:
@@ -315,6 +319,8 @@ class MaskGitState:
         self.tokens = np.full((num_codebooks, num_target_tokens), mask_id, dtype=np.int32)
         self.schedule = unmask_schedule(num_codebooks * num_target_tokens, config.num_step, config.t_shift)
         self.step = -1
+        # This step's position noise, drawn before the LM's output is known (draw_position_noise).
+        self.position_noise: Optional[np.ndarray] = None
         self._next()
 
     def _next(self) -> None:
@@ -337,20 +343,55 @@ class MaskGitState:
         """Whether the next step needs only the argmax and max of the guided log-probs (no class sampling)."""
         return self.config.class_temperature == 0
 
+    @property
+    def noise_first(self) -> bool:
+        """Whether the next step's only random draw is its position noise (greedy classes, a position
+        temperature), so that it can be drawn before the LM's output is known: while the LM runs."""
+        return self.greedy and self.config.position_temperature > 0 and not self.done
+
+    def draw_position_noise(self) -> None:
+        """Draw the next step's position noise now (see :attr:`noise_first`; ``generate.batch`` draws it for
+        many states at once); :meth:`choose` then uses it instead of drawing."""
+        if not self.noise_first:
+            raise ValueError("draw_position_noise: this step draws class noise first, or no position noise")
+        if self.position_noise is not None:
+            raise ValueError("draw_position_noise: this step's noise is drawn already")
+        masked = self.tokens == self.mask_id
+        u = rand_like_many([self.rng], [self.tokens.shape], where=[masked])[0]
+        self.set_position_noise(masked, gumbel_noise(u))
+
+    def set_position_noise(self, masked: np.ndarray, values: np.ndarray) -> None:
+        """Keep the Gumbel noise of the masked positions (values in C order) as the next step's."""
+        full = np.zeros(self.tokens.shape, np.float32)
+        full[masked] = values
+        self.position_noise = full
+
     def choose(self, **lm_output) -> StepChoice:
         """The next step's choice from the LM's output for :attr:`tokens` (``pred`` and ``score``, or
-        ``log_probs``; optionally ``position_noise``, see ``_pick``); draws from the generator."""
+        ``log_probs``); draws from the generator, unless the position noise was drawn ahead."""
+        if self.position_noise is not None:
+            lm_output["position_noise"] = self.position_noise
         return _pick(self.tokens, self.k, self.config, self.rng, self.penalty, self.mask_id, self.step,
                      **lm_output)
 
     def apply(self, choice: StepChoice) -> None:
         """Put the chosen tokens in place and move to the next step that unmasks something."""
         self.tokens.reshape(-1)[choice.positions] = choice.tokens
+        self.position_noise = None
         self._next()
 
     def advance(self, lm: GuidedLM, on_step: Optional[StepCallback] = None) -> StepChoice:
         """Score the tokens with ``lm``, choose, call ``on_step`` (before the tokens change) and apply."""
-        choice = _choose(lm, self.tokens, self.k, self.config, self.rng, self.penalty, self.mask_id, self.step)
+        launch = getattr(lm, "launch_guided_argmax", None) if self.greedy else None
+        if launch is not None:
+            finish = launch(self.tokens.copy())
+            if self.noise_first:
+                self.draw_position_noise()  # on the host while the LM runs
+            pred, score = finish()
+            choice = self.choose(pred=pred, score=score)
+        else:
+            choice = _choose(lm, self.tokens, self.k, self.config, self.rng, self.penalty, self.mask_id,
+                             self.step)
         if on_step is not None:
             on_step(self.step, self.tokens.copy(), choice.positions.copy())
         self.apply(choice)

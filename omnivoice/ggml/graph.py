@@ -263,15 +263,27 @@ class Graph:
 
     def compute(self, outputs: list[str] | None = None, **inputs: np.ndarray) -> dict[str, np.ndarray]:
         """Feed the given inputs, run the graph, return the named outputs (all by default) as numpy arrays."""
+        self.launch(**inputs)
+        self.wait()
+        return self.read_outputs(outputs)
+
+    def launch(self, **inputs: np.ndarray) -> None:
+        """Feed the given inputs and start the graph run. A GPU backend returns once the work is queued, so the
+        host can do other work before `wait`; the CPU backend computes here."""
         if self._sched is None:
             self.allocate()
         for name, value in inputs.items():
             self.set_input(name, value)
-        status = lib.ggml_backend_sched_graph_compute(self._sched, self._gf)
+        status = lib.ggml_backend_sched_graph_compute_async(self._sched, self._gf)
         raise_pending()  # a Ctrl-C that landed in one of our custom ops' callbacks
         if status != lib.GGML_STATUS_SUCCESS:
+            lib.ggml_backend_sched_synchronize(self._sched)
             raise RuntimeError(f"graph compute failed with ggml status {status}")
-        return self.read_outputs(outputs)
+
+    def wait(self) -> None:
+        """Wait for the run that `launch` started to end."""
+        self._check_open()
+        lib.ggml_backend_sched_synchronize(self._sched)
 
     def read_outputs(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
         """The named outputs (all by default) of the last run, as numpy arrays."""
@@ -299,6 +311,7 @@ class Graph:
         self._gf, self._inputs, self._outputs = None, {}, {}
         sched, self._sched = self._sched, None
         if sched is not None:
+            lib.ggml_backend_sched_synchronize(sched)  # a run still queued (launch without wait) uses its buffers
             lib.ggml_backend_sched_free(sched)
         ctx, self.ctx = self.ctx, None
         if ctx is not None:

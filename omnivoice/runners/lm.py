@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -144,6 +144,7 @@ class ChunkSession:
                  greedy: bool | Sequence[bool], with_logits: bool) -> None:
         self.graph = self.constants = None
         self.times = (0.0, 0.0, 0.0)  # the last step's wall seconds: preparing the ids, the graph run, read-back
+        self._launched: Optional[tuple[float, float]] = None  # a run started and not yet finished
         try:
             self._build(model, prompts, guidance_scale, greedy, with_logits)
         except BaseException:  # also Ctrl-C: a half-built graph freed later by GC, after its runtime, crashes
@@ -315,13 +316,31 @@ class ChunkSession:
         [C, T] (their max); otherwise `log_probs` float32 [C, T, V] (guided, mask column not yet excluded);
         with_logits: also `cond_logits` and `uncond_logits` float32 [C, T, V] (raw).
         """
+        self.launch(tokens)
+        return self.finish()
+
+    def launch(self, tokens: list[np.ndarray]) -> None:
+        """`step`'s first half: write the tokens and start the graph run (on a GPU: queued, not waited for)."""
+        if self._launched is not None:
+            raise RuntimeError("ChunkSession.launch: the previous run was not finished")
         t0 = time.perf_counter()
         ids = self._audio_ids(tokens)
         t1 = time.perf_counter()
-        self.graph.compute(outputs=[], audio_ids=ids)
-        t2 = time.perf_counter()
+        self.graph.launch(audio_ids=ids)
+        self._launched = (t1 - t0, time.perf_counter() - t1)
+        self.times = (0.0, 0.0, 0.0)
+
+    def finish(self) -> list[dict[str, np.ndarray]]:
+        """`step`'s second half: wait for the run that `launch` started and return its outputs."""
+        if self._launched is None:
+            raise RuntimeError("ChunkSession.finish: no run was launched")
+        (prepare, launch), self._launched = self._launched, None
+        t0 = time.perf_counter()
+        self.graph.wait()
+        t1 = time.perf_counter()
         out = self._results(self.graph.read_outputs())
-        self.times = (t1 - t0, t2 - t1, time.perf_counter() - t2)
+        # the run's share: launching and waiting (host work between the two is not the run's)
+        self.times = (prepare, launch + t1 - t0, time.perf_counter() - t1)
         return out
 
     def _results(self, out: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:

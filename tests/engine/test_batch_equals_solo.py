@@ -82,11 +82,11 @@ def test_ctrl_c_while_a_graph_runs_on_the_worker(ov, monkeypatch):
 
     monkeypatch.setattr(core, "PIPELINE_MIN_REQUESTS", 2)
     events = []
-    step, close = ChunkSession.step, ChunkSession.close
+    finish, close = ChunkSession.finish, ChunkSession.close
 
-    def slow_step(self, tokens):
+    def slow_finish(self):  # the end of a graph run: a slow device
         _time.sleep(0.3)
-        out = step(self, tokens)
+        out = finish(self)
         events.append("step done")
         return out
 
@@ -94,7 +94,7 @@ def test_ctrl_c_while_a_graph_runs_on_the_worker(ov, monkeypatch):
         events.append("close")
         close(self)
 
-    monkeypatch.setattr(ChunkSession, "step", slow_step)
+    monkeypatch.setattr(ChunkSession, "finish", slow_finish)
     monkeypatch.setattr(ChunkSession, "close", traced_close)
     result = concurrent.futures.Future.result
     calls = []

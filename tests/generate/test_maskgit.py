@@ -85,6 +85,42 @@ def test_free_running_equals_reference(case, loop_golden):
         assert rng.offset == int(loop_golden[f"{name}__rng_offset_end"]), f"{name}: RNG offset after the chunk"
 
 
+class _LaunchingLM(FakeGuidedLM):
+    """A runner that starts a run and finishes it later, as a GPU session does (`launch_guided_argmax`); it
+    records the generator's offset at each launch and at the matching finish."""
+
+    def __init__(self, case: dict, rng):
+        super().__init__(case["seed"], case["T"], guidance_scale=case["guidance_scale"])
+        self.rng, self.offsets = rng, []
+
+    def launch_guided_argmax(self, tokens):
+        start = self.rng.offset if self.rng is not None else None
+
+        def finish():
+            self.offsets.append((start, self.rng.offset if self.rng is not None else None))
+            return self.guided_argmax(tokens)
+        return finish
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_noise_drawn_while_the_lm_runs_equals_reference(case, loop_golden):
+    """With a runner that launches and finishes apart, the loop draws the position noise in between (while
+    the LM runs) and its tokens and generator stay the reference's."""
+    rng = _rng(case)
+    lm = _LaunchingLM(case, rng)
+    config = _config(case)
+    out = generate(lm, case["T"], config, rng)
+    np.testing.assert_array_equal(out, loop_golden[f"{case['name']}__final"], err_msg=case["name"])
+    if rng is not None:
+        assert rng.offset == int(loop_golden[f"{case['name']}__rng_offset_end"])
+    if config.class_temperature > 0:
+        assert lm.offsets == []  # class noise comes first, from the LM's output: nothing to draw ahead
+    elif config.position_temperature > 0:
+        assert lm.offsets and all(b > a for a, b in lm.offsets)  # drawn between launch and finish
+    else:
+        assert lm.offsets and all(a == b for a, b in lm.offsets)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_teacher_forced_choices_equal_reference(case, loop_golden):
     name = case["name"]

@@ -194,6 +194,24 @@ def test_replay_updates_only_the_target(lm, rng):
     np.testing.assert_allclose(replayed["score"], fresh["score"], atol=1e-6)
 
 
+def test_launch_then_finish_equals_step(lm, rng):
+    """A run started by launch and collected by finish (host work in between) gives step's outputs; a finish
+    without a launch, or a second launch before the finish, is a clear error."""
+    p = random_prompt(rng, 10, 0, 16)
+    new = rng.integers(0, 1024, (8, 16)).astype(np.int32)
+    with lm.session([p], 2.0, greedy=True) as s:
+        stepped = s.step([new])[0]
+        with pytest.raises(RuntimeError, match="no run was launched"):
+            s.finish()
+        s.launch([new])
+        with pytest.raises(RuntimeError, match="previous run was not finished"):
+            s.launch([new])
+        finished = s.finish()[0]
+        s.launch([new])  # closed with a run still queued: close waits for it
+    np.testing.assert_array_equal(finished["pred"], stepped["pred"])
+    np.testing.assert_array_equal(finished["score"], stepped["score"])
+
+
 def test_bad_tokens_shape_is_a_clear_error(lm, rng):
     p = random_prompt(rng, 5, 0, 6)
     with lm.session([p], 2.0, greedy=True) as s:
