@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The host's share of a MaskGIT step: generate.batch.step_many on N requests of T frames, no LM.
 
-    python3 tools/maskgit_host_time.py [--requests 1,64] [--frames 40,125] [--repeats 3]
+    python3 tools/maskgit_host_time.py [--requests 1,64] [--frames 40,125] [--repeats 3] [--class-temperature T]
 
 Each request gets its own MaskGitState (default sampler: greedy classes, position temperature 5, so every
 step draws Philox numbers and Gumbel noise for the masked positions) and random LM outputs (`pred`, `score`);
-all 32 steps run. Prints milliseconds per step (best of --repeats), what the engine's driving thread spends
+all 32 steps run; with --class-temperature > 0 the classes are sampled too, from random guided log-probs
+[8, T, 1025] (class noise of that size every step). Prints milliseconds per step (best of --repeats), what the engine's driving thread spends
 between two graph runs for that many requests, and the same for the Gumbel noise of N * 8 * T values alone.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -26,17 +28,21 @@ def main() -> int:
     p.add_argument("--requests", default="1,64")
     p.add_argument("--frames", default="40,125")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--class-temperature", type=float, default=0.0)
     args = p.parse_args()
     from omnivoice.generate.batch import step_many
     from omnivoice.generate.maskgit import MaskGitState, gumbel_noise
     from omnivoice.pipeline import Settings, make_rng
 
-    sampler = Settings().sampler
+    sampler = replace(Settings().sampler, class_temperature=args.class_temperature)
     for n in map(int, args.requests.split(",")):
         for T in map(int, args.frames.split(",")):
             rng = np.random.default_rng(0)
-            outs = [{"pred": rng.integers(0, 1024, (8, T)).astype(np.int32),
-                     "score": rng.random((8, T)).astype(np.float32)} for _ in range(n)]
+            if sampler.class_temperature > 0:
+                outs = [{"log_probs": -10 * rng.random((8, T, 1025)).astype(np.float32)} for _ in range(n)]
+            else:
+                outs = [{"pred": rng.integers(0, 1024, (8, T)).astype(np.int32),
+                         "score": rng.random((8, T)).astype(np.float32)} for _ in range(n)]
             best = np.inf
             for _ in range(args.repeats):
                 states = [MaskGitState(T, sampler, make_rng(i), 8, 1024) for i in range(n)]

@@ -158,17 +158,18 @@ def gumbel_sample(logits: np.ndarray, temperature: float, rng: CudaPhiloxGenerat
 def sample_classes(log_probs: np.ndarray, temperature: float, rng: CudaPhiloxGenerator) -> np.ndarray:
     """``gumbel_sample(filter_top_k(log_probs), temperature, rng).argmax(-1)`` (int32), computed faster.
 
-    The whole ``rand_like`` draw is made (the stream must advance as the reference's does), but
-    the noise is evaluated only where the top-k filter keeps a class: elsewhere the sample is -inf
-    whatever the noise.
+    The generator advances by the whole ``rand_like`` draw, as the reference's does, but the draw and
+    its noise are evaluated only where the top-k filter keeps a class (a tenth of them): elsewhere the
+    sample is -inf whatever the noise. (For a 5 s chunk, 8 x 125 x 1025 values: 55 ms a step on the
+    2-core Zen 3 when the whole draw was evaluated, of which 34 ms the draw.)
     """
     if not temperature > 0:
         raise ValueError(f"sample_classes: temperature must be > 0, got {temperature!r}")
     log_probs = np.asarray(log_probs, dtype=np.float32)
     keep = _top_k_mask(log_probs, math.ceil(_CLASS_TOP_K_RATIO * log_probs.shape[-1]))
-    u = rng.rand_like(log_probs.shape)
+    u = rand_like_many([rng], [log_probs.shape], where=[keep])[0]  # the kept elements, C order
     perturbed = np.full(log_probs.shape, -np.inf, dtype=np.float32)
-    perturbed[keep] = log_probs[keep] * np.float32(1.0 / float(temperature)) + gumbel_noise(u[keep])
+    perturbed[keep] = log_probs[keep] * np.float32(1.0 / float(temperature)) + gumbel_noise(u)
     return perturbed.argmax(axis=-1).astype(np.int32)
 
 

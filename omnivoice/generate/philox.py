@@ -257,8 +257,9 @@ def rand_like_many(generators: Sequence[CudaPhiloxGenerator], shapes: Sequence[t
     this only gathers the counters and keys of many small draws (a MaskGIT step's position noise, one
     [C, T] per request of a batch) into one vectorised call instead of one call per request. With ``where``
     (one boolean array of each shape), only those elements are computed and returned, as 1-D arrays in C
-    order: each element of a draw of at most 4 x 256 x grid values is one Philox word of its own counter, so
-    the others need not be computed. A larger draw falls back to its own full call.
+    order: each element is one Philox word of its own counter (thread, call), so the others need not be
+    computed. A draw with several calls per thread and no mask (or a mask keeping over a quarter of it) is made
+    whole, one call per thread giving four elements.
     """
     if len(generators) != len(shapes) or (where is not None and len(where) != len(shapes)):
         raise ValueError(f"rand_like_many: {len(generators)} generators, {len(shapes)} shapes"
@@ -274,22 +275,23 @@ def rand_like_many(generators: Sequence[CudaPhiloxGenerator], shapes: Sequence[t
             plans.append(np.empty(shape if wanted is None else 0, dtype=np.float32))
             continue
         threads, increment = g.launch(numel)
-        if numel > threads * _UNROLL:  # several curand_uniform4 calls per thread: rare, not gathered
-            u = g.rand(numel)
+        per_call = threads * _UNROLL
+        if numel > per_call and (wanted is None or 4 * wanted.size > numel):
+            u = g.rand(numel)  # several calls per thread, most elements wanted: whole calls are cheaper
             plans.append(u.reshape(shape) if wanted is None else u[wanted])
             continue
-        # One call per thread: element e is word e // threads of thread e % threads.
+        # Element e is word (e % per_call) // threads of thread e % threads's call e // per_call.
         e = np.arange(numel, dtype=np.int64) if wanted is None else wanted
         thread = (e % threads).astype(np.uint64)
+        lo64 = np.uint64(g.offset // 4) + (e // per_call).astype(np.uint64)
         c = np.empty((e.size, 4), dtype=np.uint32)
-        base = g.offset // 4
-        c[:, 0] = np.uint32(base & 0xFFFFFFFF)
-        c[:, 1] = np.uint32(base >> 32)
+        c[:, 0] = (lo64 & _MASK32).astype(np.uint32)
+        c[:, 1] = (lo64 >> _SHIFT32).astype(np.uint32)
         c[:, 2] = (thread & _MASK32).astype(np.uint32)
         c[:, 3] = (thread >> _SHIFT32).astype(np.uint32)
         counters.append(c)
         keys.append(np.broadcast_to(np.array([g.seed & 0xFFFFFFFF, g.seed >> 32], dtype=np.uint32), (e.size, 2)))
-        plans.append((shape if wanted is None else (e.size,), e // threads))
+        plans.append((shape if wanted is None else (e.size,), (e % per_call) // threads))
         g.offset = g.offset + increment
     words = philox4x32(np.concatenate(counters), np.concatenate(keys)) if counters else None
     out, at = [], 0

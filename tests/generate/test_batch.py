@@ -23,6 +23,23 @@ def test_rand_like_many_equals_each_draw(fresh_seed):
         assert [g.offset for g in many] == [g.offset for g in one]
 
 
+def test_rand_like_many_where_equals_the_masked_draw(fresh_seed):
+    """Only the masked elements computed, one call per thread or several (the class noise of a 5 s chunk,
+    [8, 125, 1025], uses all four words of each thread's call on an H200; a 20 s chunk's takes four calls):
+    the whole draw's values there, the same offsets after."""
+    shapes = [(8, 125), (8, 125, 1025), (5, 270_337), (4, 600_000)]
+    keep = np.random.default_rng(fresh_seed)
+    masks = [keep.random(s) < p for s, p in zip(shapes, (0.5, 0.1, 0.2, 0.1))]
+    one = [CudaPhiloxGenerator(fresh_seed + i, offset=8 * i) for i in range(len(shapes))]
+    many = [CudaPhiloxGenerator(fresh_seed + i, offset=8 * i) for i in range(len(shapes))]
+    for _ in range(2):
+        expected = [g.rand_like(s)[m] for g, s, m in zip(one, shapes, masks)]
+        got = rand_like_many(many, shapes, where=masks)
+        for e, g, s in zip(expected, got, shapes):
+            np.testing.assert_array_equal(g, e, err_msg=f"seed {fresh_seed}, shape {s}")
+        assert [g.offset for g in many] == [g.offset for g in one]
+
+
 class _Replay:
     """Serves one fake LM's outputs to step_many: what a packed LM step returns for one chunk."""
 
