@@ -13,8 +13,9 @@ bit those of its solo run (tests/engine).
         for task in engine.step():        # finished (task.result) or failed (task.error)
             ...
 
-On a GPU, from PIPELINE_MIN_REQUESTS on, the requests form two groups with a graph each: one group's graph runs
-on a worker thread while this thread makes the other group's MaskGIT choices (BatchEngine(pipeline=...)).
+On a GPU, from PIPELINE_MIN_REQUESTS on, the requests form two groups with a graph each, launched without waiting
+(ggml's async compute): while one group's graph runs on the GPU, this thread makes the other group's MaskGIT
+choices (BatchEngine(pipeline=...)).
 
 Requests finish independently and free their slot; a long-form request contributes one chunk at a time, its
 chunks in order (chunk 0's tokens voice the later ones in auto and design modes, and one generator runs
@@ -30,7 +31,6 @@ import logging
 import os
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable, Optional
 
@@ -101,21 +101,20 @@ class Task:
 
 
 # On a GPU the active requests form two groups with a packed graph each once at least this many run: one group's
-# graph runs (on a worker thread, ggml releasing the GIL) while the host makes the other group's MaskGIT
-# choices. On the H200 at 64 five-second requests the host's share was 1.8 s of 6.2 (29 %, BENCHMARKS.md), all
+# graph runs while the host makes the other group's MaskGIT choices. On the H200 at 64 five-second requests the host's share was 1.8 s of 6.2 (29 %, BENCHMARKS.md), all
 # of it after the graph run. Below this count two graphs of half the width cost more GPU time than the host
 # work they hide (packed auto5 steps on the H200: 4.0 ms for one request, 9.0 ms for four, 30 ms for 16).
 PIPELINE_MIN_REQUESTS = 8
 
 
 class _Group:
-    """A share of the active tasks with its own packed graph, and its last graph run (if not yet collected:
-    in flight on the worker thread, or already made on the driving thread)."""
+    """A share of the active tasks with its own packed graph, and its last graph run not yet collected: the
+    tasks it ran for and its outputs, or None while the run is still on the device (launched, not waited for)."""
 
     def __init__(self) -> None:
         self.session = None
         self.key: Optional[tuple] = None
-        self.inflight: Optional[tuple[list[Task], Future]] = None
+        self.inflight: Optional[tuple[list[Task], Optional[list[dict]]]] = None
 
     def close(self) -> None:
         if self.session is not None:
@@ -127,8 +126,10 @@ class BatchEngine:
     """Runs many Tasks on one loaded `OmniVoice`, one packed LM graph per MaskGIT step (not thread-safe: one
     thread drives it; omnivoice.engine.Engine runs it on a background thread).
 
-    `pipeline` (default: on GPUs; OMNIVOICE_PIPELINE=0/1 overrides) splits the active requests into two
-    groups whose graph runs alternate with the host's work on the other group; without it each step runs one
+    `pipeline` (default: where the runtime waits for each graph's run alone, CUDA; OMNIVOICE_PIPELINE=0/1
+    overrides) splits the active requests into two
+    groups whose graph runs alternate with the host's work on the other group (each run launched without
+    waiting; the host waits for a group's run only when it needs its outputs); without it each step runs one
     graph for all and then the host's work. A request's tokens do not depend on it (each request has its own
     state and generator)."""
 
@@ -142,18 +143,18 @@ class BatchEngine:
         self.voices = VoiceCache(ov)
         if pipeline is None:
             env = os.environ.get("OMNIVOICE_PIPELINE")
-            pipeline = env == "1" if env in ("0", "1") else self.lm.runtime.is_gpu
+            pipeline = env == "1" if env in ("0", "1") else self.lm.runtime.waits_per_graph
         self.pipelined = bool(pipeline)
         self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]
         self._member: dict[int, int] = {}   # id(task) -> group index
-        self._worker: Optional[ThreadPoolExecutor] = None
         self._decodes: list[tuple[Task, list[np.ndarray], Optional[VoicePrompt]]] = []
         self._finished: list[Task] = []
         self.stats = {"steps": 0, "graphs": 0, "packed_requests": 0}
         # Wall seconds by phase (what a profile of the engine needs first: device-bound or host-bound):
-        # admit (voices, plans, prompts), graph (building packed graphs), the LM steps' ids, graph runs and
-        # read-backs (on the worker thread when pipelined), wait (the driving thread waiting for a graph run:
-        # device-bound time), maskgit (the host's choices), decode (codec and post-processing).
+        # admit (voices, plans, prompts), graph (building packed graphs), the LM steps' ids, graph runs (launch
+        # and wait; pipelined, a wait includes the other group's run queued before) and read-backs, wait (time
+        # spent waiting for a graph run: device-bound time), maskgit (the host's choices), decode (codec and
+        # post-processing).
         self.timings = dict.fromkeys(("admit", "graph", "lm_ids", "lm_run", "lm_read", "wait", "maskgit",
                                       "decode"), 0.0)
         # The model's graphs and buffers serve one caller at a time: graph runs, builds, encodes and decodes
@@ -186,7 +187,7 @@ class BatchEngine:
         chunk, decode what finished. Returns the tasks that finished (result or error) in this round.
 
         Pipelined, a round collects each group's graph run launched in the round before (applying its choices)
-        and launches the group's next one, so the graphs keep running between rounds."""
+        and launches the group's next one, so the graphs keep running between rounds and calls."""
         self._drop_cancelled()
         if admit and self.pending:
             t0 = time.perf_counter()
@@ -196,8 +197,8 @@ class BatchEngine:
             if g.inflight is not None:
                 self._collect(g)
             self._launch(i, g)
-        for g in self._groups:  # runs made here, not on the worker: their choices now
-            if g.inflight is not None and g.inflight[1].done():
+        for g in self._groups:  # runs already waited for (a lone group's): their choices now
+            if g.inflight is not None and g.inflight[1] is not None:
                 self._collect(g)
         if self._decodes:
             t0 = time.perf_counter()
@@ -282,8 +283,8 @@ class BatchEngine:
         t.serial += 1
 
     def _launch(self, i: int, g: _Group) -> None:
-        """Start the group's next graph run (its graph rebuilt first if its chunks changed): on the worker
-        thread when pipelined and another group has tasks, else here."""
+        """Start the group's next graph run (its graph rebuilt first if its chunks changed): left running when
+        pipelined and another group has tasks (collected next round), else run here to its end."""
         tasks = self._group_tasks(i)
         if not tasks:
             if g.session is not None:
@@ -306,21 +307,16 @@ class BatchEngine:
             self.stats["graphs"] += 1
             self.timings["graph"] += time.perf_counter() - t0
         tokens = [t.state.tokens for t in tasks]
-        future: Future
-        # Only with another group to alternate with: handing a lone group's run to the worker thread gains
-        # nothing and costs two thread switches per step (each waits for the GIL while the other thread runs
-        # Python), which a lone streamed request's first audio would pay 32 times.
         if self.pipelined and any(self._group_tasks(j) for j in range(len(self._groups)) if j != i):
-            if self._worker is None:
-                self._worker = ThreadPoolExecutor(1, thread_name_prefix="omnivoice-lm")
-            future = self._worker.submit(self._run, g.session, tokens)
+            # Queued behind the other group's run; this thread goes on to that group's choices. (Until
+            # 2026-12-01 a worker thread ran each group's graph to its end: the two threads took turns at the
+            # GIL for the read-backs and the choices, and the host's share grew 1.6 -> 2.35 s at 64 requests
+            # on the H200, BENCHMARKS.md.)
+            with self._model_lock:
+                g.session.launch(tokens)
+            g.inflight = (tasks, None)
         else:
-            future = Future()
-            try:
-                future.set_result(self._run(g.session, tokens, [t.state for t in tasks]))
-            except Exception as e:
-                future.set_exception(e)
-        g.inflight = (tasks, future)
+            g.inflight = (tasks, self._run(g.session, tokens, [t.state for t in tasks]))
 
     def _run(self, session, tokens: list[np.ndarray], states: Optional[list[MaskGitState]] = None) -> list[dict]:
         """One graph run; with `states`, their position noise is drawn meanwhile: a GPU's run is queued and the
@@ -337,22 +333,16 @@ class BatchEngine:
         return out
 
     def _collect(self, g: _Group) -> None:
-        """Wait for the group's graph run and apply each task's choices (tasks dropped meanwhile skipped)."""
-        tasks, future = g.inflight
+        """Wait for the group's graph run (if still on the device) and apply each task's choices (tasks
+        dropped meanwhile skipped)."""
+        tasks, outputs = g.inflight
+        g.inflight = None  # a Ctrl-C while waiting leaves the run to close(), whose graph close waits for it
         t0 = time.perf_counter()
-        try:
-            # g.inflight stays set until the run has ended: a Ctrl-C while waiting leaves it for close(), which
-            # waits for the worker before freeing the graph it computes on
-            outputs = future.result()
-        except MemoryError as e:
-            g.inflight = None
+        if outputs is None:
             with self._model_lock:
-                g.close()
-            self._shrink([t for t in tasks if not t.finished], e)
-            return
-        finally:
-            if future.done():
-                g.inflight = None
+                outputs = g.session.finish()
+            for name, dt in zip(("lm_ids", "lm_run", "lm_read"), g.session.times):
+                self.timings[name] += dt
         t1 = time.perf_counter()
         live = [(t, out) for t, out in zip(tasks, outputs) if not t.finished]
         choices = step_many([t.state for t, _ in live], [out for _, out in live])
@@ -468,14 +458,9 @@ class BatchEngine:
     def close(self) -> None:
         """Wait for graph runs in flight, free the graphs; tasks still queued or running fail with Cancelled."""
         for g in self._groups:
-            if g.inflight is not None:
-                g.inflight[1].exception()  # wait; its outcome no longer matters
-                g.inflight = None
+            g.inflight = None
             with self._model_lock:
-                g.close()
-        if self._worker is not None:
-            self._worker.shutdown()
-            self._worker = None
+                g.close()  # waits for a run still on the device before freeing its graph
         for t in list(self.pending) + list(self.active):
             self._fail(t, Cancelled("engine closed"))
         self.pending.clear()

@@ -211,6 +211,14 @@ class Runtime:
         return self.device.kind != "cpu"
 
     @property
+    def waits_per_graph(self) -> bool:
+        """Whether a graph's run can be waited for alone while another graph's run queued after it goes on
+        (Graph.wait through a completion event): CUDA's events are a plain cudaEventRecord on the backend's
+        stream. Vulkan's events submit pending work and change its command-buffer state, a path no test of ours
+        has run, so there (and on the CPU, which computes at launch) a wait covers every queued run."""
+        return self.device.backend.lower() == "cuda"
+
+    @property
     def products_need_contiguous(self) -> bool:
         """Whether graphs should copy a strided F32 operand of a matrix product into a contiguous tensor first:
         ggml-vulkan converts an operand that is not contiguous in its first two dimensions to F16 before the

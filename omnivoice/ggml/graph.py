@@ -147,6 +147,11 @@ class Graph:
         self._outputs: dict[str, object] = {}
         self._gf = None
         self._sched = None
+        # The run's completion event where the runtime waits per graph (None: not made yet; ffi.NULL: none to be
+        # had): `wait` waits for this graph's own run, not for everything queued on the backend since (another
+        # graph's run).
+        self._event = None
+        self._recorded = False
 
     # ------------------------------------------------------------------------------------------- building
     def input(self, name: str, dtype, shape: tuple[int, ...]):
@@ -279,11 +284,23 @@ class Graph:
         if status != lib.GGML_STATUS_SUCCESS:
             lib.ggml_backend_sched_synchronize(self._sched)
             raise RuntimeError(f"graph compute failed with ggml status {status}")
+        if self.runtime.waits_per_graph:
+            if self._event is None:
+                self._event = lib.ggml_backend_event_new(lib.ggml_backend_get_device(self.runtime.backend))
+            if self._event != ffi.NULL:
+                lib.ggml_backend_event_record(self._event, self.runtime.backend)
+                self._recorded = True
 
     def wait(self) -> None:
-        """Wait for the run that `launch` started to end."""
+        """Wait for the run that `launch` started to end: only this graph's run where the runtime waits per
+        graph (CUDA: its event), so that a run launched after it by another graph keeps the GPU busy meanwhile;
+        elsewhere every run queued on the backends."""
         self._check_open()
-        lib.ggml_backend_sched_synchronize(self._sched)
+        if self._recorded:
+            self._recorded = False
+            lib.ggml_backend_event_synchronize(self._event)
+        else:
+            lib.ggml_backend_sched_synchronize(self._sched)
 
     def read_outputs(self, names: list[str] | None = None) -> dict[str, np.ndarray]:
         """The named outputs (all by default) of the last run, as numpy arrays."""
@@ -313,6 +330,9 @@ class Graph:
         if sched is not None:
             lib.ggml_backend_sched_synchronize(sched)  # a run still queued (launch without wait) uses its buffers
             lib.ggml_backend_sched_free(sched)
+        event, self._event, self._recorded = self._event, None, False
+        if event is not None and event != ffi.NULL:
+            lib.ggml_backend_event_free(event)
         ctx, self.ctx = self.ctx, None
         if ctx is not None:
             lib.ggml_free(ctx)

@@ -21,6 +21,8 @@ from omnivoice import nn
 def test_columns_do_not_depend_on_the_width(runtime, rng, wtype):
     from omnivoice.ggml import Graph, WeightStore
 
+    if runtime.is_gpu:  # the claim is the CPU's: cuBLAS and ggml-cuda pick kernels and tiles by width
+        pytest.skip(f"per-column products are a property of ggml's CPU kernels, not of {runtime.device.spec}'s")
     w = rng.standard_normal((96, 256)).astype(np.float32)
     x = rng.standard_normal((300, 256)).astype(np.float32)                     # ggml [256, 300]
     store = WeightStore.from_arrays(runtime, {"w": w if wtype is None else (wtype, w)})

@@ -50,6 +50,47 @@ def test_graph_replay_and_input_checks(runtime, rng):
     g.close()  # twice is fine
 
 
+def _chain(runtime, n: int, depth: int) -> Graph:
+    """x -> tanh(W x) `depth` times: a run long enough on a GPU that reading before its end would show."""
+    g = Graph(runtime)
+    w = g.input("w", np.float32, (n, n))
+    x = g.input("x", np.float32, (1, n))
+    for _ in range(depth):
+        x = lib.ggml_tanh(g.ctx, lib.ggml_mul_mat(g.ctx, w, x))
+    g.output("y", x)
+    g.allocate()
+    return g
+
+
+def test_two_graphs_in_flight_are_waited_for_one_at_a_time(runtime, rng):
+    """Two graphs launched one after the other and waited for in either order (the pipelined engine's
+    pattern): each wait returns that graph's whole result (on CUDA a wait is its own run's event)."""
+    n, depth = 512, 64
+    w = (rng.standard_normal((2, n, n)) / np.sqrt(n)).astype(np.float32)
+    x = rng.standard_normal((2, 1, n)).astype(np.float32)
+    want = []
+    for i in range(2):
+        y = x[i]
+        for _ in range(depth):
+            y = np.tanh(y @ w[i].T)
+        want.append(y[0])
+    ga, gb = _chain(runtime, n, depth), _chain(runtime, n, depth)
+    try:
+        ga.launch(w=w[0], x=x[0])
+        gb.launch(w=w[1], x=x[1])
+        ga.wait()
+        np.testing.assert_allclose(ga.read_outputs()["y"], want[0], atol=2e-4)
+        ga.launch(x=x[1], w=w[1])   # queued behind gb's run
+        gb.wait()
+        np.testing.assert_allclose(gb.read_outputs()["y"], want[1], atol=2e-4)
+        ga.wait()
+        np.testing.assert_allclose(ga.read_outputs()["y"], want[1], atol=2e-4)
+        gb.launch(x=x[0], w=w[0])   # closed with a run still queued: close waits for it
+    finally:
+        ga.close()
+        gb.close()
+
+
 def test_a_closed_runtime_refuses_use():
     rt = Runtime("cpu", 1)
     rt.close()

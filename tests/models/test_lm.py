@@ -212,6 +212,25 @@ def test_launch_then_finish_equals_step(lm, rng):
     np.testing.assert_array_equal(finished["score"], stepped["score"])
 
 
+def test_two_sessions_in_flight_give_their_own_outputs(lm, rng):
+    """The pipelined engine's order: two sessions launched, each finished while the other's run is queued
+    (launch A, launch B, finish A, launch A, finish B, finish A) give step's outputs."""
+    pa, pb = random_prompt(rng, 10, 0, 16), random_prompt(rng, 7, 0, 12)
+    ta = [rng.integers(0, 1024, (8, 16)).astype(np.int32) for _ in range(2)]
+    tb = rng.integers(0, 1024, (8, 12)).astype(np.int32)
+    with lm.session([pa], 2.0, greedy=True) as a, lm.session([pb], 2.0, greedy=True) as b:
+        want = [a.step([t])[0] for t in ta] + [b.step([tb])[0]]
+        a.launch([ta[0]])
+        b.launch([tb])
+        got = [a.finish()[0]]
+        a.launch([ta[1]])
+        got_b = b.finish()[0]
+        got.append(a.finish()[0])
+    for g, w in zip(got + [got_b], want):
+        np.testing.assert_array_equal(g["pred"], w["pred"])
+        np.testing.assert_array_equal(g["score"], w["score"])
+
+
 def test_bad_tokens_shape_is_a_clear_error(lm, rng):
     p = random_prompt(rng, 5, 0, 6)
     with lm.session([p], 2.0, greedy=True) as s:

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The batched engine against an earlier version of itself, in one device call: 64 mixed five-second requests
+# (tools/batch_bench.py --mix mixed, BF16 on CUDA, 32 steps), batched only, one process per run, alternating
+# runs so that a drift of the machine falls on both sides:
+#   base      the package in $BASE (an earlier commit's tree: omnivoice/ and tools/, e.g.
+#             `git archive COMMIT omnivoice tools | tar -x -C ab-base`), pipelined (the GPU default)
+#   new       this tree, pipelined
+#   new-one   this tree, not pipelined (OMNIVOICE_PIPELINE=0: one graph for all, then the host's work)
+# ROUNDS rounds (default 2); PROFILE=1 adds the engine's time by phase to the first round's `new` run. Then
+# TESTS (default: the binding, LM session and engine tests) run on CUDA. Results in $OUT (batch-<run>-<round>.json
+# and .md, engine_ab.md, tests-cuda.log).
+#
+#     CUDA_LIB_ARCHIVE=.devcarry/cudalib BASE=ab-base bash tools/device/h200_engine_ab.sh   # carry .whl .devcarry
+#
+# On the CPU (to try it): BACKEND=cpu CKPT=/path/to/ckpt-tiny N=8 STEPS=4 BASE=ab-base bash tools/device/h200_engine_ab.sh
+set -uo pipefail
+t0=$(date +%s)
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+exec > >(tee -a "$OUT/h200_engine_ab.log") 2>&1
+source tools/device/batch_setup.sh || exit 1
+N=${N:-64}; STEPS=${STEPS:-32}; ROUNDS=${ROUNDS:-2}
+if [ -n "${BASE:-}" ]; then
+  [ -f "$BASE/tools/batch_bench.py" ] || { echo "BASE=$BASE holds no tools/batch_bench.py"; exit 1; }
+  cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$BASE/omnivoice/ggml/" || exit 1
+fi
+
+run() {  # label, tree, extra batch_bench arguments...
+  local label=$1 tree=$2; shift 2
+  (( $(left) < 60 )) && { stamp "skip $label: $(left) s left"; return; }
+  stamp "$label"
+  timeout --signal=TERM --kill-after=10 $(( $(left) - 30 )) python3 "$tree/tools/batch_bench.py" --model "$MODEL" \
+    --backend "$BACKEND" --steps "$STEPS" --sizes "$N" --mix mixed --no-one-by-one-above 0 \
+    --json "$OUT/batch-$label.json" --markdown "$OUT/batch-$label.md" "$@" 2>&1 | grep -v "^machine:"
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  prof=(); [ "${PROFILE:-0}" = 1 ] && [ "$r" = 1 ] && prof=(--profile)
+  [ -n "${BASE:-}" ] && run "base-$r" "$BASE"
+  run "new-$r" . "${prof[@]}"
+  OMNIVOICE_PIPELINE=0 run "new-one-$r" .
+done
+python3 - "$OUT" <<'EOF' | tee "$OUT/engine_ab.md"
+import json, sys
+from pathlib import Path
+rows = []
+for f in sorted(Path(sys.argv[1]).glob("batch-*.json")):
+    r = json.loads(f.read_text())["rows"][0]
+    rows.append((f.stem[len("batch-"):], r["batched_wall_s"], r["audio_s"] / r["batched_wall_s"], r["batched_rtf"],
+                 r.get("profile", {}).get("phases_s")))
+print("| run | wall s | audio s/s | RTF | phases s (profiled run) |\n|---|---|---|---|---|")
+for label, wall, rate, rtf, phases in rows:
+    ph = ", ".join(f"{k} {v:.2f}" for k, v in phases.items()) if phases else ""
+    print(f"| {label} | {wall:.2f} | {rate:.1f} | {rtf:.4f} | {ph} |")
+EOF
+
+if (( $(left) > 60 )); then
+  stamp "tests on $BACKEND"
+  OMNIVOICE_TEST_BACKEND=$BACKEND timeout $(( $(left) - 20 )) python3 -m pytest -q -p no:cacheprovider \
+    ${TESTS:-tests/ggml/test_binding.py tests/models/test_lm.py tests/engine} > "$OUT/tests-$BACKEND.log" 2>&1
+  tail -15 "$OUT/tests-$BACKEND.log"
+fi
+stamp "done, $(left) s left"
