@@ -257,6 +257,20 @@ def test_ties_prefer_lower_index(fresh_seed):
     assert top_k_positions(scores, k).tolist() == expected
 
 
+def test_top_k_positions_equals_a_full_sort(fresh_seed):
+    """Ties (integer scores), -inf (unmasked positions) and every k, against sorting all positions by
+    (-score, index); a NaN score sorts last, as the full stable sort put it."""
+    rng = np.random.default_rng(fresh_seed)
+    scores = rng.integers(0, 6, size=(8, 125)).astype(np.float32)
+    scores[rng.random(scores.shape) < 0.6] = -np.inf
+    flat = scores.reshape(-1)
+    expected = sorted(range(flat.size), key=lambda i: (-flat[i], i))
+    for k in sorted({0, 1, 2, 31, 64, int((flat > -np.inf).sum()), 700, flat.size, *rng.integers(0, 1001, 5)}):
+        assert top_k_positions(scores, k).tolist() == expected[:k], f"k {k}, seed {fresh_seed}"
+    flat[3] = np.nan
+    assert top_k_positions(flat, flat.size)[-1] == 3
+
+
 def test_gumbel_noise_matches_formula(fresh_seed):
     u = CudaPhiloxGenerator(fresh_seed).rand(100_000)
     u = np.concatenate([u, np.array([0.0, 2.0**-33, 0.5, 1 - 2.0**-24], dtype=np.float32)])
