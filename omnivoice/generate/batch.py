@@ -23,8 +23,12 @@ from .philox import rand_like_many
 
 __all__ = ["draw_position_noise", "step_many"]
 
-# Positions of noise per worker thread at least: below this a thread costs more than it saves.
-MIN_POSITIONS_PER_WORKER = 4096
+# Positions of noise per worker thread at least: below this a thread costs more than it saves. The noise is
+# some 80 numpy passes, each short at these sizes, and every pass hands the GIL back and forth; on the 2-core
+# Zen 3 (2026-12-01, BENCHMARKS.md) a second thread paid only from about 32 000 masked positions (64 000: 15.5 ->
+# 12.6 ms; 32 000: 7.8 -> 7.6; 8 000: even), and eight threads on 32 five-second requests at the old 4096 made a
+# whole step 24.7 ms against 8.5.
+MIN_POSITIONS_PER_WORKER = 16384
 _pool: Optional[ThreadPoolExecutor] = None
 
 

@@ -98,3 +98,22 @@ def test_step_many_refuses_a_shared_generator():
     out = _Replay(FakeGuidedLM(1, 5), True).output(states[0].tokens)
     with pytest.raises(ValueError, match="share a generator"):
         step_many(states, [out, out])
+
+
+def test_position_noise_on_worker_threads_equals_one_thread(fresh_seed, monkeypatch):
+    """The noise of many states drawn by several worker threads (each a share of the states) is the noise one
+    thread draws, and each generator ends at the same offset."""
+    from omnivoice.generate import batch
+
+    def draw(workers: int, min_positions: int):
+        monkeypatch.setattr(batch, "_workers", lambda: workers)
+        monkeypatch.setattr(batch, "MIN_POSITIONS_PER_WORKER", min_positions)
+        states = [MaskGitState(T, GenerationConfig(num_step=8), CudaPhiloxGenerator(fresh_seed + i))
+                  for i, T in enumerate((40, 7, 125, 60, 1))]
+        batch.draw_position_noise(states)
+        return [s.position_noise for s in states], [s.rng.offset for s in states]
+
+    one, threads = draw(1, 16384), draw(3, 100)
+    for a, b in zip(one[0], threads[0]):
+        np.testing.assert_array_equal(a, b, err_msg=f"seed {fresh_seed}")
+    assert one[1] == threads[1]
