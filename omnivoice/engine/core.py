@@ -101,9 +101,10 @@ class Task:
 
 
 # On a GPU the active requests form two groups with a packed graph each once at least this many run: one group's
-# graph runs while the host makes the other group's MaskGIT choices. On the H200 at 64 five-second requests the host's share was 1.8 s of 6.2 (29 %, BENCHMARKS.md), all
-# of it after the graph run. Below this count two graphs of half the width cost more GPU time than the host
-# work they hide (packed auto5 steps on the H200: 4.0 ms for one request, 9.0 ms for four, 30 ms for 16).
+# graph runs while the host makes the other group's MaskGIT choices. On the H200 at 64 five-second requests the
+# host's share was 1.8 s of 6.2 (29 %, BENCHMARKS.md), all of it after the graph run. Below this count two
+# graphs of half the width cost more GPU time than the host work they hide (packed auto5 steps on the H200:
+# 4.0 ms for one request, 9.0 ms for four, 30 ms for 16).
 PIPELINE_MIN_REQUESTS = 8
 
 
@@ -127,11 +128,10 @@ class BatchEngine:
     thread drives it; omnivoice.engine.Engine runs it on a background thread).
 
     `pipeline` (default: where the runtime waits for each graph's run alone, CUDA; OMNIVOICE_PIPELINE=0/1
-    overrides) splits the active requests into two
-    groups whose graph runs alternate with the host's work on the other group (each run launched without
-    waiting; the host waits for a group's run only when it needs its outputs); without it each step runs one
-    graph for all and then the host's work. A request's tokens do not depend on it (each request has its own
-    state and generator)."""
+    overrides) splits the active requests into two groups whose graph runs alternate with the host's work on
+    the other group (each run launched without waiting; the host waits for a group's run only when it needs its
+    outputs); without it each step runs one graph for all and then the host's work. A request's tokens do not
+    depend on it (each request has its own state and generator)."""
 
     def __init__(self, ov, max_batch: int | str = "auto", max_positions: Optional[int] = None,
                  pipeline: Optional[bool] = None) -> None:

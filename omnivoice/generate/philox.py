@@ -89,8 +89,7 @@ def philox4x32(counter: np.ndarray, key: np.ndarray, rounds: int = 10) -> np.nda
 def _philox_lanes(c0: np.ndarray, c1: np.ndarray, c2: np.ndarray, c3: np.ndarray, k0: np.ndarray,
                   k1: np.ndarray, rounds: int = 10) -> tuple[np.ndarray, ...]:
     """Philox4x32 on 1-D uint64 lanes holding 32-bit words (so the 32x32 -> 64 products are exact), which it
-    overwrites: every operation writes into an existing buffer (one round of 16 000 counters allocated ten
-    arrays of 128 KB before; the whole bijection now runs in place)."""
+    overwrites: every operation writes into an existing buffer, no temporaries per round."""
     m0, m1 = np.uint64(PHILOX_M0), np.uint64(PHILOX_M1)
     w0, w1 = np.uint64(PHILOX_W0), np.uint64(PHILOX_W1)
     p0, p1 = np.empty_like(c0), np.empty_like(c0)

@@ -12,7 +12,8 @@
 #
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib BASE=ab-base bash tools/device/h200_engine_ab.sh   # carry .whl .devcarry
 #
-# On the CPU (to try it): BACKEND=cpu CKPT=/path/to/ckpt-tiny N=8 STEPS=4 BASE=ab-base bash tools/device/h200_engine_ab.sh
+# On the CPU (to try it):
+#     BACKEND=cpu CKPT=/path/to/ckpt-tiny N=8 STEPS=4 BASE=ab-base bash tools/device/h200_engine_ab.sh
 set -uo pipefail
 t0=$(date +%s)
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
