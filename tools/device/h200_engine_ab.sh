@@ -7,8 +7,9 @@
 #   new       this tree, pipelined
 #   new-one   this tree, not pipelined (OMNIVOICE_PIPELINE=0: one graph for all, then the host's work)
 # ROUNDS rounds (default 2); PROFILE=1 adds the engine's time by phase to the first round's `new` run. Then
-# TESTS (default: the binding, LM session and engine tests) run on CUDA. Results in $OUT (batch-<run>-<round>.json
-# and .md, engine_ab.md, tests-cuda.log).
+# TESTS (default: the binding, LM session and engine tests) run on CUDA. Results in $OUT, few files (a device
+# call brings back eight): engine_ab.json (every run's batch_bench report), engine_ab.md, h200_engine_ab.log,
+# tests-cuda.log; each run's own files stay in $RUNS (default /tmp/engine_ab).
 #
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib BASE=ab-base bash tools/device/h200_engine_ab.sh   # carry .whl .devcarry
 #
@@ -19,7 +20,7 @@ t0=$(date +%s)
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/h200_engine_ab.log") 2>&1
 source tools/device/batch_setup.sh || exit 1
-N=${N:-64}; STEPS=${STEPS:-32}; ROUNDS=${ROUNDS:-2}
+N=${N:-64}; STEPS=${STEPS:-32}; ROUNDS=${ROUNDS:-2}; RUNS=${RUNS:-/tmp/engine_ab}; mkdir -p "$RUNS"
 if [ -n "${BASE:-}" ]; then
   [ -f "$BASE/tools/batch_bench.py" ] || { echo "BASE=$BASE holds no tools/batch_bench.py"; exit 1; }
   cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$BASE/omnivoice/ggml/" || exit 1
@@ -31,7 +32,7 @@ run() {  # label, tree, extra batch_bench arguments...
   stamp "$label"
   timeout --signal=TERM --kill-after=10 $(( $(left) - 30 )) python3 "$tree/tools/batch_bench.py" --model "$MODEL" \
     --backend "$BACKEND" --steps "$STEPS" --sizes "$N" --mix mixed --no-one-by-one-above 0 \
-    --json "$OUT/batch-$label.json" --markdown "$OUT/batch-$label.md" "$@" 2>&1 | grep -v "^machine:"
+    --json "$RUNS/batch-$label.json" --markdown "$RUNS/batch-$label.md" "$@" 2>&1 | grep -v "^machine:"
 }
 
 for r in $(seq 1 "$ROUNDS"); do
@@ -40,18 +41,20 @@ for r in $(seq 1 "$ROUNDS"); do
   run "new-$r" . "${prof[@]}"
   OMNIVOICE_PIPELINE=0 run "new-one-$r" .
 done
-python3 - "$OUT" <<'EOF' | tee "$OUT/engine_ab.md"
+python3 - "$RUNS" "$OUT/engine_ab.json" <<'EOF' | tee "$OUT/engine_ab.md"
 import json, sys
 from pathlib import Path
-rows = []
+rows, reports = [], {}
 for f in sorted(Path(sys.argv[1]).glob("batch-*.json")):
-    r = json.loads(f.read_text())["rows"][0]
+    reports[f.stem] = json.loads(f.read_text())
+    r = reports[f.stem]["rows"][0]
     rows.append((f.stem[len("batch-"):], r["batched_wall_s"], r["audio_s"] / r["batched_wall_s"], r["batched_rtf"],
                  r.get("profile", {}).get("phases_s")))
 print("| run | wall s | audio s/s | RTF | phases s (profiled run) |\n|---|---|---|---|---|")
 for label, wall, rate, rtf, phases in rows:
     ph = ", ".join(f"{k} {v:.2f}" for k, v in phases.items()) if phases else ""
     print(f"| {label} | {wall:.2f} | {rate:.1f} | {rtf:.4f} | {ph} |")
+Path(sys.argv[2]).write_text(json.dumps(reports, indent=1))
 EOF
 
 if (( $(left) > 60 )); then
