@@ -328,9 +328,13 @@ class BatchEngine:
                     draw_position_noise(states)
             finally:
                 out = session.finish()
+        self._count_run(session)
+        return out
+
+    def _count_run(self, session) -> None:
+        """Add the session's last run to the timings: preparing the ids, the graph run, the read-back."""
         for name, dt in zip(("lm_ids", "lm_run", "lm_read"), session.times):
             self.timings[name] += dt
-        return out
 
     def _collect(self, g: _Group) -> None:
         """Wait for the group's graph run (if still on the device) and apply each task's choices (tasks
@@ -341,8 +345,7 @@ class BatchEngine:
         if outputs is None:
             with self._model_lock:
                 outputs = g.session.finish()
-            for name, dt in zip(("lm_ids", "lm_run", "lm_read"), g.session.times):
-                self.timings[name] += dt
+            self._count_run(g.session)
         t1 = time.perf_counter()
         live = [(t, out) for t, out in zip(tasks, outputs) if not t.finished]
         choices = step_many([t.state for t, _ in live], [out for _, out in live])
