@@ -325,7 +325,9 @@ class BatchEngine:
             session.launch(tokens)
             try:
                 if states:
-                    draw_position_noise(states)
+                    # The exact noise too where a GPU runs meanwhile (the step then need not evaluate it after
+                    # the run); the CPU computed at launch, so there the step evaluates only what it needs.
+                    draw_position_noise(states, exact=self.lm.runtime.is_gpu)
             finally:
                 out = session.finish()
         self._count_run(session)

@@ -6,8 +6,9 @@ run alone. What is shared is host work that does not depend on which chunk an el
 position noise of the greedy chunks is drawn with one Philox evaluation per group of chunks
 (``rand_like_many``), only at the still-masked positions (the others are never read), and turned into
 Gumbel noise in one pass per group; the groups run on worker threads (numpy releases the GIL in these
-elementwise passes). On 64 five-second requests this noise is most of a step's host time (0.24 s a step in
-one thread on the 2-core CI machine before; see BENCHMARKS.md).
+elementwise passes). The exact noise (CUDA's logf) of the positions near each chunk's k-th score is then
+evaluated for all chunks in one pass. On 64 five-second requests this noise is most of a step's host time
+(see BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .maskgit import MaskGitState, StepChoice, gumbel_noise
+from .maskgit import MaskGitState, PositionNoise, ScoredStep, StepChoice, gumbel_noise
 from .philox import rand_like_many
 
 __all__ = ["draw_position_noise", "step_many"]
@@ -40,35 +41,38 @@ def _workers() -> int:
     return max(1, min(8, cores))
 
 
-def _noise(states: Sequence[MaskGitState]) -> list[np.ndarray]:
-    """Gumbel noise at the masked positions of each state (1-D, C order), drawn from each one's generator."""
+def _noise(states: Sequence[MaskGitState], exact: bool) -> list[PositionNoise]:
+    """The noise at the masked positions of each state (C order), drawn from each one's generator."""
     masked = [s.tokens == s.mask_id for s in states]
     draws = rand_like_many([s.rng for s in states], [s.tokens.shape for s in states], where=masked)
-    g = gumbel_noise(np.concatenate(draws))
-    return np.split(g, np.cumsum([d.size for d in draws])[:-1])
+    noise = PositionNoise.of(np.concatenate(draws), exact)
+    cuts = np.cumsum([d.size for d in draws])[:-1]
+    parts = [np.split(a, cuts) if a is not None else [None] * len(draws) for a in (noise.u, noise.near, noise.exact)]
+    return [PositionNoise(*p) for p in zip(*parts)]
 
 
-def _position_noise(states: Sequence[MaskGitState]) -> list[np.ndarray]:
+def _position_noise(states: Sequence[MaskGitState], exact: bool) -> list[PositionNoise]:
     """_noise for all states, in groups on worker threads when there is enough of it."""
     global _pool
     sizes = [int((s.tokens == s.mask_id).sum()) for s in states]
     n = min(_workers(), max(1, sum(sizes) // MIN_POSITIONS_PER_WORKER), len(states))
     if n == 1:
-        return _noise(states)
+        return _noise(states, exact)
     if _pool is None:
         _pool = ThreadPoolExecutor(_workers(), thread_name_prefix="omnivoice-noise")
     bounds = np.linspace(0, len(states), n + 1).astype(int)
     groups = [states[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-    return [x for part in _pool.map(_noise, groups) for x in part]
+    return [x for part in _pool.map(_noise, groups, [exact] * n) for x in part]
 
 
-def draw_position_noise(states: Sequence[MaskGitState]) -> None:
+def draw_position_noise(states: Sequence[MaskGitState], exact: bool = False) -> None:
     """Draw the next step's position noise of every state whose only draw it is (MaskGitState.noise_first)
-    and that has none yet, all together; e.g. while the LM runs. A state that samples its classes draws
-    class noise first, so it draws its own position noise after that, inside choose()."""
+    and that has none yet, all together; e.g. while the LM runs, then with ``exact`` (see PositionNoise). A
+    state that samples its classes draws class noise first, so it draws its own position noise after that,
+    inside choose()."""
     todo = [s for s in states if s.noise_first and s.position_noise is None]
-    for s, values in zip(todo, _position_noise(todo) if todo else []):
-        s.set_position_noise(s.tokens == s.mask_id, values)
+    for s, noise in zip(todo, _position_noise(todo, exact) if todo else []):
+        s.position_noise = noise
 
 
 def step_many(states: Sequence[MaskGitState], outputs: Sequence[dict]) -> list[StepChoice | ValueError]:
@@ -89,13 +93,26 @@ def step_many(states: Sequence[MaskGitState], outputs: Sequence[dict]) -> list[S
             raise ValueError(f"step_many: state {i} has no step left")
     draw_position_noise(states)
     choices: list = []
+    scored = []
     for state, out in zip(states, outputs):
         try:
             if state.greedy:
-                choice = state.choose(pred=out["pred"], score=out["score"])
+                scored.append(state.score(pred=out["pred"], score=out["score"]))
             else:
-                choice = state.choose(log_probs=out["log_probs"])
+                scored.append(state.score(log_probs=out["log_probs"]))
         except ValueError as e:  # this chunk's scores are unusable (NaN, the mask id chosen): it alone fails
+            scored.append(e)
+    # The exact noise of every state's near set in one pass: CUDA's logf is some 200 numpy calls, 0.47 ms even
+    # for the few dozen values of one state (Zen 3), which 64 states would pay 64 times.
+    draws = [s.u for s in scored if isinstance(s, ScoredStep) and s.u is not None]
+    exact = iter(np.split(gumbel_noise(np.concatenate(draws)), np.cumsum([d.size for d in draws])[:-1])
+                 if draws else [])
+    for state, s in zip(states, scored):
+        try:
+            if isinstance(s, ValueError):
+                raise s
+            choice = s.finish(next(exact) if s.u is not None else s.noise)
+        except ValueError as e:
             choices.append(e)
             continue
         state.apply(choice)

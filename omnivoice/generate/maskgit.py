@@ -16,8 +16,9 @@ Numerics follow the reference as it runs on CUDA, whose random stream
 reference's order and sizes (class noise of [C, T, V] first, then position noise of [C, T];
 nothing is drawn for a step that unmasks nothing), dividing by a temperature is a multiplication
 by its float32 reciprocal as on CUDA, and the logarithms of the Gumbel noise are CUDA's ``logf``
-(:mod:`omnivoice.generate.cuda_math`). tools/philox_cuda_check.py checks all of this bit for bit
-on a GPU (it passed on an H200 with torch 2.11 / CUDA 13.0).
+(:mod:`omnivoice.generate.cuda_math`), evaluated where they can change which positions a step
+unmasks (:class:`PositionNoise`). tools/philox_cuda_check.py checks all of this bit for bit on a
+GPU (it passed on an H200 with torch 2.11 / CUDA 13.0).
 
 Ties: ``torch.topk`` has no defined order among equal values. Here every top-k (the positions to
 unmask, the 10 % class filter) prefers the lower flat index among equal scores, and argmax takes
@@ -40,6 +41,7 @@ __all__ = [
     "GenerationConfig",
     "GuidedLM",
     "MaskGitState",
+    "PositionNoise",
     "StepCallback",
     "StepChoice",
     "filter_top_k",
@@ -133,11 +135,45 @@ class StepChoice:
     tokens: np.ndarray  # int32 [k]
 
 
+_EPS = np.float32(1e-10)
+
+
 def gumbel_noise(u: np.ndarray) -> np.ndarray:
     """``-log(-log(u + 1e-10) + 1e-10)`` in float32, bit for bit as torch computes it on CUDA."""
     u = np.asarray(u, dtype=np.float32)
-    eps = np.float32(1e-10)
-    return -logf(-logf(u + eps) + eps)
+    return -logf(-logf(u + _EPS) + _EPS)
+
+
+def _noise_tolerance(x: np.ndarray | np.float64) -> np.ndarray | np.float64:
+    """A bound on |float32(s + gumbel_noise(u)) - (s + PositionNoise.near)| for a sum near ``x``: the noise is
+    within 6.2e-7 of its float64 value over 9 million draws, all of the smallest and the largest uniforms
+    among them (tests/generate/test_maskgit.py), and the float32 sum rounds by 2^-24 |x| at most; this allows
+    16 times the first and the second. ``x - tolerance(x)`` grows with ``x``, which the top-k's bound needs."""
+    return 1e-5 + 2.0**-20 * np.abs(x)
+
+
+@dataclass(frozen=True)
+class PositionNoise:
+    """One step's position noise at the masked positions (C order): the uniform draws, and their Gumbel noise
+    in float64 (two ``np.log``), within :func:`_noise_tolerance` of the exact float32 noise; the exact noise
+    too, when it was asked for at once.
+
+    Otherwise the exact noise (CUDA's ``logf``: some 200 numpy calls) is evaluated in the step, only for the
+    positions whose noisy score lies near the step's k-th: a step unmasks about a 32nd of a chunk (64
+    five-second requests: 17.7 ms of exact noise against 1.3 for the float64 one, Zen 3). Drawn while a GPU
+    runs the LM, it is better evaluated at once: a lone request's step would wait 0.47 ms after the LM's
+    output for the exact noise of a few dozen positions, which the LM's run (3 ms on the H200) hides."""
+
+    u: np.ndarray  # float32
+    near: np.ndarray  # float64
+    exact: Optional[np.ndarray] = None  # float32, the exact noise of every masked position, if evaluated
+
+    @classmethod
+    def of(cls, u: np.ndarray, exact: bool = False) -> "PositionNoise":
+        """The noise of the uniforms ``u``; with ``exact``, its exact value now too."""
+        u = np.asarray(u, dtype=np.float32)
+        a = (u + _EPS).astype(np.float64)  # the float32 sum, as the exact noise takes it
+        return cls(u, -np.log(-np.log(a) + float(_EPS)), gumbel_noise(u) if exact else None)
 
 
 def gumbel_sample(logits: np.ndarray, temperature: float, rng: CudaPhiloxGenerator) -> np.ndarray:
@@ -220,6 +256,56 @@ def top_k_positions(scores: np.ndarray, k: int) -> np.ndarray:
     return order[:k].astype(np.int64)
 
 
+def _near_set(scaled: np.ndarray, masked_at: np.ndarray, noise: PositionNoise, k: int) -> np.ndarray:
+    """Which of the masked positions (flat indices ``masked_at``) have an exact noise that can decide the
+    step's top k of ``scaled + gumbel_noise(u)`` (float32, as the reference sums them; -inf where not masked):
+    indices into ``masked_at``.
+
+    With tau the k-th largest of the float64 sums and t the tolerance, every position outside the near set
+    {near >= tau - t(tau) - t(near)} has an exact score below the k-th exact one, which is at least tau - t(tau)
+    (k sums at or above tau are each within t of their exact score, and x - t(x) grows with x).
+    """
+    if noise.u.size != masked_at.size:
+        raise ValueError(f"position noise for {noise.u.size} positions, but {masked_at.size} are masked")
+    if 0 < k < masked_at.size:
+        near = scaled.reshape(-1)[masked_at].astype(np.float64) + noise.near
+        tau = np.partition(near, near.size - k)[near.size - k]
+        if np.isfinite(tau):
+            return np.flatnonzero(near >= tau - _noise_tolerance(tau) - _noise_tolerance(near))
+    return np.arange(masked_at.size)
+
+
+@dataclass
+class ScoredStep:
+    """A step's choice up to the exact noise of its near set: :meth:`finish` takes that noise (the
+    ``gumbel_noise`` of ``u``, or ``noise`` where known) and gives the choice, so a caller with many
+    steps to finish evaluates the noise of all of them in one pass (``generate.batch``)."""
+
+    pred: np.ndarray  # int32 [C, T]
+    scores: np.ndarray  # float32 [C * T]: the scaled scores (before any noise)
+    where: np.ndarray  # int64: the flat positions that can be chosen
+    u: Optional[np.ndarray]  # float32: their uniforms, when their exact noise is still to be evaluated
+    noise: Optional[np.ndarray]  # float32: their exact noise, when known (neither: no position noise)
+    k: int
+    mask_id: int
+    step: int
+
+    def finish(self, noise: Optional[np.ndarray]) -> StepChoice:
+        """The choice, from the exact noise at ``where`` (:meth:`exact_noise`; None without position noise)."""
+        exact = np.full(self.scores.size, -np.inf, dtype=np.float32)
+        exact[self.where] = self.scores[self.where] if noise is None else self.scores[self.where] + noise
+        positions = top_k_positions(exact, self.k)
+        chosen = self.pred.reshape(-1)[positions]
+        if (chosen == self.mask_id).any():
+            raise ValueError(f"MaskGIT step {self.step}: the LM predicted the mask id {self.mask_id} for a "
+                             "position being unmasked")
+        return StepChoice(positions=positions, tokens=chosen.astype(np.int32))
+
+    def exact_noise(self) -> Optional[np.ndarray]:
+        """The exact noise at ``where``: evaluated here if it was not known."""
+        return self.noise if self.u is None else gumbel_noise(self.u)
+
+
 def _check_tokens(tokens: np.ndarray, num_codebooks: int, num_target_tokens: int, what: str) -> np.ndarray:
     tokens = np.asarray(tokens)
     if tokens.shape != (num_codebooks, num_target_tokens):
@@ -245,7 +331,13 @@ def _choose(
     return _pick(tokens, k, config, rng, penalty, mask_id, step, pred=pred, score=conf)
 
 
-def _pick(
+def _pick(*args, **kwargs) -> StepChoice:
+    """The choice of one step (see :func:`_score`)."""
+    scored = _score(*args, **kwargs)
+    return scored.finish(scored.exact_noise())
+
+
+def _score(
     tokens: np.ndarray,
     k: int,
     config: GenerationConfig,
@@ -257,14 +349,14 @@ def _pick(
     pred: Optional[np.ndarray] = None,
     score: Optional[np.ndarray] = None,
     log_probs: Optional[np.ndarray] = None,
-    position_noise: Optional[np.ndarray] = None,
-) -> StepChoice:
-    """The choice of one step from the LM's output for ``tokens``: ``log_probs`` [C, T, V] when
+    position_noise: Optional[PositionNoise] = None,
+) -> ScoredStep:
+    """The choice of one step, up to its exact position noise, from the LM's output for ``tokens``: ``log_probs`` [C, T, V] when
     class_temperature > 0, else its argmax ``pred`` and max ``score`` [C, T].
 
-    ``position_noise`` (float32 [C, T]) is the Gumbel noise of the position scores when the caller
-    drew it already (generate.batch draws it for many chunks at once); only its masked positions
-    are read. Otherwise it is drawn here from ``rng``, after any class noise, as the reference does.
+    ``position_noise`` is the noise of the masked positions' scores when the caller drew it already
+    (generate.batch draws it for many chunks at once). Otherwise it is drawn here from ``rng``, after any
+    class noise, as the reference does.
     """
     num_codebooks, num_target_tokens = tokens.shape
     if config.class_temperature > 0:
@@ -286,21 +378,19 @@ def _pick(
         conf = conf.astype(np.float32)
 
     masked = tokens == mask_id
+    masked_at = np.flatnonzero(masked.reshape(-1))
     scores = conf - penalty
-    if config.position_temperature > 0:
-        if position_noise is None:
-            scores = gumbel_sample(scores, config.position_temperature, rng)
-        else:  # gumbel_sample's sum, where it is read (the rest becomes -inf below)
-            inv = np.float32(1.0 / float(config.position_temperature))
-            scores = scores * inv + np.where(masked, position_noise, np.float32(0))
-    if np.isnan(scores).any():
+    if np.isnan(scores).any():  # the noise is finite: a noisy score is NaN where this is
         raise ValueError(f"MaskGIT step {step}: the LM produced NaN scores")
-    scores = np.where(masked, scores, np.float32(-np.inf))
-    positions = top_k_positions(scores, k)
-    chosen = pred.reshape(-1)[positions]
-    if (chosen == mask_id).any():
-        raise ValueError(f"MaskGIT step {step}: the LM predicted the mask id {mask_id} for a position being unmasked")
-    return StepChoice(positions=positions, tokens=chosen.astype(np.int32))
+    if config.position_temperature > 0:  # gumbel_sample, where it is read (the rest is -inf)
+        if position_noise is None:
+            position_noise = PositionNoise.of(rand_like_many([rng], [scores.shape], where=[masked])[0])
+        scores = scores * np.float32(1.0 / float(config.position_temperature))
+        if position_noise.exact is not None:
+            return ScoredStep(pred, scores.reshape(-1), masked_at, None, position_noise.exact, k, mask_id, step)
+        keep = _near_set(scores, masked_at, position_noise, k)
+        return ScoredStep(pred, scores.reshape(-1), masked_at[keep], position_noise.u[keep], None, k, mask_id, step)
+    return ScoredStep(pred, scores.reshape(-1), masked_at, None, None, k, mask_id, step)
 
 
 def _prepare(config: GenerationConfig, rng: Optional[CudaPhiloxGenerator], num_codebooks: int) -> np.ndarray:
@@ -334,7 +424,7 @@ class MaskGitState:
         self.schedule = unmask_schedule(num_codebooks * num_target_tokens, config.num_step, config.t_shift)
         self.step = -1
         # This step's position noise, drawn before the LM's output is known (draw_position_noise).
-        self.position_noise: Optional[np.ndarray] = None
+        self.position_noise: Optional[PositionNoise] = None
         self._next()
 
     def _next(self) -> None:
@@ -372,21 +462,20 @@ class MaskGitState:
             raise ValueError("draw_position_noise: this step's noise is drawn already")
         masked = self.tokens == self.mask_id
         u = rand_like_many([self.rng], [self.tokens.shape], where=[masked])[0]
-        self.set_position_noise(masked, gumbel_noise(u))
-
-    def set_position_noise(self, masked: np.ndarray, values: np.ndarray) -> None:
-        """Keep the Gumbel noise of the masked positions (values in C order) as the next step's."""
-        full = np.zeros(self.tokens.shape, np.float32)
-        full[masked] = values
-        self.position_noise = full
+        self.position_noise = PositionNoise.of(u, exact=True)  # drawn while the LM runs (advance)
 
     def choose(self, **lm_output) -> StepChoice:
         """The next step's choice from the LM's output for :attr:`tokens` (``pred`` and ``score``, or
         ``log_probs``); draws from the generator, unless the position noise was drawn ahead."""
+        scored = self.score(**lm_output)
+        return scored.finish(scored.exact_noise())
+
+    def score(self, **lm_output) -> ScoredStep:
+        """:meth:`choose` up to the exact noise of the positions it decides between."""
         if self.position_noise is not None:
             lm_output["position_noise"] = self.position_noise
-        return _pick(self.tokens, self.k, self.config, self.rng, self.penalty, self.mask_id, self.step,
-                     **lm_output)
+        return _score(self.tokens, self.k, self.config, self.rng, self.penalty, self.mask_id, self.step,
+                      **lm_output)
 
     def apply(self, choice: StepChoice) -> None:
         """Put the chosen tokens in place and move to the next step that unmasks something."""

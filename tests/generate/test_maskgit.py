@@ -287,6 +287,54 @@ def test_gumbel_noise_matches_formula(fresh_seed):
     np.testing.assert_allclose(got[safe], exact, rtol=1e-5, atol=1e-5, err_msg=f"seed {fresh_seed}")
 
 
+def test_position_noise_near_is_within_its_tolerance(fresh_seed):
+    """PositionNoise.near against the exact float32 noise on random draws and on the extreme uniforms (the
+    smallest and the largest cuRAND gives, where one log is near -23 or the inner one cancels): within a
+    16th of the tolerance the top-k's bound relies on, as its docstring says."""
+    from omnivoice.generate.maskgit import PositionNoise, _noise_tolerance
+    from omnivoice.generate.philox import curand_uniform
+
+    rng = np.random.default_rng(fresh_seed)
+    bits = np.concatenate([rng.integers(0, 2**32, 500_000, dtype=np.uint64), np.arange(2**17, dtype=np.uint64),
+                           2**32 - 1 - np.arange(2**18, dtype=np.uint64)]).astype(np.uint32)
+    u = np.concatenate([curand_uniform(bits), np.array([0.0, 1.0], dtype=np.float32)])
+    exact = gumbel_noise(u).astype(np.float64)
+    err = np.abs(PositionNoise.of(u).near - exact)
+    assert err.max() <= 6.3e-7, f"seed {fresh_seed}: {err.max()} at u={u[err.argmax()]}"
+    assert (err <= _noise_tolerance(exact) / 16).all()
+
+
+@pytest.mark.parametrize("layout", ["random", "near_ties", "exact_ties", "few_masked", "minus_inf"])
+def test_noisy_top_k_equals_the_exact_sums(fresh_seed, layout):
+    """The positions chosen from the exact noise of the near set only are those of the exact noise
+    everywhere, also where many exact sums lie within an ulp of each other or are equal."""
+    from omnivoice.generate.maskgit import PositionNoise, ScoredStep, _near_set
+
+    rng = np.random.default_rng(fresh_seed)
+    shape = (8, 125)
+    u = CudaPhiloxGenerator(fresh_seed).rand(math.prod(shape)).reshape(shape)
+    g = gumbel_noise(u)
+    masked = rng.random(shape) < (0.05 if layout == "few_masked" else 0.6)
+    scaled = (rng.normal(size=shape) * 2).astype(np.float32)
+    if layout == "near_ties":  # exact sums a few ulps apart around 1.0
+        scaled = (np.float32(1.0) - g + rng.integers(-3, 4, shape) * np.float32(2.0**-23)).astype(np.float32)
+    elif layout == "exact_ties":  # equal exact sums: the lower index must win, as in the full sort
+        scaled = np.float32(3.0) - g
+        scaled[(scaled + g) != np.float32(3.0)] = np.float32(-50)
+    elif layout == "minus_inf":
+        scaled[rng.random(shape) < 0.7] = -np.inf
+    expected_scores = np.where(masked, scaled + g, np.float32(-np.inf))
+    noise = PositionNoise.of(u[masked])
+    for k in sorted({0, 1, 2, 7, 31, int(masked.sum()) // 2, int(masked.sum()), *rng.integers(0, masked.sum() + 1, 4)}):
+        masked_at = np.flatnonzero(masked.reshape(-1))
+        keep = _near_set(scaled, masked_at, noise, k)
+        step = ScoredStep(np.zeros(shape, np.int32), scaled.reshape(-1), masked_at[keep], u[masked][keep], None,
+                          k, 1, 0)
+        got = step.finish(step.exact_noise()).positions
+        want = top_k_positions(expected_scores, k)
+        assert got.tolist() == want.tolist(), f"{layout}, k {k}, seed {fresh_seed}"
+
+
 def test_gumbel_sample_draws_like_rand_like(fresh_seed):
     logits = np.random.default_rng(fresh_seed).normal(size=(2, 3, 50)).astype(np.float32)
     a, b = CudaPhiloxGenerator(fresh_seed), CudaPhiloxGenerator(fresh_seed)
