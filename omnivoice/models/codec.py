@@ -80,11 +80,12 @@ class CodecWeights:
 
 # ------------------------------------------------------------------------------------------------ graphs
 
-def build_decode(ctx, w: CodecWeights, cfg: CodecConfig, codes):
-    """codes int32 [T, n_q] (numpy [n_q, T]) -> audio [T * hop, 1]."""
+def build_decode(ctx, w: CodecWeights, cfg: CodecConfig, codes, mask=None):
+    """codes int32 [T, n_q] (numpy [n_q, T]) -> audio [T * hop, 1]. `mask` F32 [1, 1, T]: several sequences
+    packed with gaps between them (dac.masked)."""
     latent = rvq.decode(ctx, w.quantizers, codes)                                 # [1024, T]
     x = named(nn.linear(ctx, latent, w.fc2.weight, w.fc2.bias), "fc2_out")       # [256, T]
-    audio = dac.decode(ctx, w.decoder, x, cfg.upsampling_ratios)                 # [1, T * hop]
+    audio = dac.decode(ctx, w.decoder, x, cfg.upsampling_ratios, mask)           # [1, T * hop]
     audio = lib.ggml_reshape_2d(ctx, audio, audio.ne[1], 1)                       # [T * hop, 1]
     return lib.ggml_tanh(ctx, audio) if cfg.decoder_tanh else audio
 

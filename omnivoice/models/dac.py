@@ -88,32 +88,50 @@ def conv(ctx, c: Conv, x, stride: int = 1, padding: int | None = None, dilation:
     return nn.conv1d_cl(ctx, x, c.weight, c.bias, stride=stride, padding=padding, dilation=dilation, cpu=cpu)
 
 
-def residual_unit(ctx, u: ResidualUnit, x, dilation: int):
-    """DacResidualUnit: x [C, T] -> [C, T]."""
+def masked(ctx, x, mask):
+    """x [C, T * S] times a frame mask [1, 1, T] (each frame's S samples alike); x itself without a mask.
+
+    Several sequences packed side by side with zero frames between them (the codec runner's decode_batch) are
+    decoded as one: every convolution sees zeros beyond a sequence's ends, as it does decoding that sequence
+    alone, provided the gaps are zero at its input and wider than its reach; a convolution's output is masked
+    so that the next one's input is (Snake keeps zeros)."""
+    if mask is None:
+        return x
+    C, n, T = x.ne[0], x.ne[1], mask.ne[2]
+    y = lib.ggml_mul(ctx, lib.ggml_reshape_3d(ctx, x, C, n // T, T), mask)          # [C, S, T]
+    return lib.ggml_reshape_2d(ctx, y, C, n)
+
+
+def residual_unit(ctx, u: ResidualUnit, x, dilation: int, mask=None):
+    """DacResidualUnit: x [C, T] -> [C, T] (`mask`: see `masked`)."""
     y = snake(ctx, u.snake1, x)
     y = conv(ctx, u.conv1, y, dilation=dilation, cpu=u.snake1.cpu)
     y = snake(ctx, u.snake2, y)
     y = conv(ctx, u.conv2, y, cpu=u.snake1.cpu)
-    return lib.ggml_add(ctx, x, y)
+    return masked(ctx, lib.ggml_add(ctx, x, y), mask)
 
 
-def decoder_block(ctx, b: DecoderBlock, x, stride: int):
-    """DacDecoderBlock: x [IC, T] -> [IC / 2, stride * T]."""
+def decoder_block(ctx, b: DecoderBlock, x, stride: int, mask=None):
+    """DacDecoderBlock: x [IC, T] -> [IC / 2, stride * T] (`mask`: see `masked`)."""
     x = snake(ctx, b.snake1, x)
     x = nn.conv_transpose1d_cl(ctx, x, b.conv_t1.weight, b.conv_t1.bias, stride=stride,
                                padding=math.ceil(stride / 2), output_padding=stride % 2,
                                out_channels=b.conv_t1.bias.ne[0])
+    x = masked(ctx, x, mask)
     for unit, d in zip(b.res_units, DILATIONS):
-        x = residual_unit(ctx, unit, x, d)
+        x = residual_unit(ctx, unit, x, d, mask)
     return x
 
 
-def decode(ctx, w: DacDecoder, latent, upsampling_ratios: tuple[int, ...]):
-    """DAC decoder: latent [hidden, T] -> audio [1, T * prod(ratios)]."""
+def decode(ctx, w: DacDecoder, latent, upsampling_ratios: tuple[int, ...], mask=None):
+    """DAC decoder: latent [hidden, T] -> audio [1, T * prod(ratios)]. With a frame `mask` [1, 1, T] (1 in the
+    frames of the packed sequences, 0 in the gaps between them; see `masked`), each sequence's samples are
+    those it gets decoded alone; the gaps' samples are left over."""
     cpu = w.snake1.cpu
-    x = named(conv(ctx, w.conv1, latent, cpu=cpu), "dec_conv_in")                   # [C0, T]
+    x = masked(ctx, latent, mask)
+    x = masked(ctx, named(conv(ctx, w.conv1, x, cpu=cpu), "dec_conv_in"), mask)      # [C0, T]
     for i, (block, stride) in enumerate(zip(w.blocks, upsampling_ratios)):
-        x = named(decoder_block(ctx, block, x, stride), "dec_block", i)              # [C / 2, T * s]
+        x = named(decoder_block(ctx, block, x, stride, mask), "dec_block", i)        # [C / 2, T * s]
     x = snake(ctx, w.snake1, x)
     return named(conv(ctx, w.conv2, x, cpu=cpu), "dec_out")                         # [1, T * hop]
 

@@ -13,8 +13,9 @@ kernels use TF32 tensor cores), about 3 significant digits per product. Decoding
 such errors flip: with random full-size weights 1-2 % of the codes of two codebooks changed. `encode_backend="cpu"`
 runs the encoder on the CPU (its weights live there, the decoder's stay on the GPU) and gives the reference's
 codes exactly. Decoding feeds at most
-`window_frames` frames to one graph: longer sequences go in windows that overlap by `context_frames` on each
-side, of which only the centre is kept. The decoder's receptive field is about 12 frames each way (conv1 3,
+`window_frames` frames of one sequence to a graph: longer sequences go in windows that overlap by `context_frames`
+on each side, of which only the centre is kept; the windows and short sequences of one call are packed side by
+side into graphs of at most `max_decode_frames` frames, each decoded as if alone (models.dac.masked). The decoder's receptive field is about 12 frames each way (conv1 3,
 block 0's transposed conv 2 and residual units 39 samples at 8 per frame, the later blocks about 1.5 together),
 so with 16 frames of context the windows give the samples of one whole-sequence graph.
 """
@@ -35,7 +36,13 @@ from ..models import codec as model
 
 DEFAULT_WINDOW_FRAMES = 512
 DEFAULT_CONTEXT_FRAMES = 16
-MAX_CHAINS = 20  # decoder chains in one graph: about 680 nodes each (a view and a copy per conv tap), under 16384
+# Sequences decoded together are packed side by side into one graph, DECODE_GAP_FRAMES zero frames apart (the
+# widest reach of one convolution, at any rate: a residual unit's kernel of 7 at dilation 9 after the first
+# upsampling by 8, 27 samples, 3.4 frames; models.dac.masked), the packed length rounded up to DECODE_ROUND_FRAMES
+# so that a graph serves many compositions. Until 2026-12-01 each sequence was a chain of its own in a shared
+# graph: 680 nodes a chain, which on the H200 made 64 five-second decodes ~0.45 s of small kernels.
+DECODE_GAP_FRAMES = 4
+DECODE_ROUND_FRAMES = 16
 MAX_ENCODE_CHAINS = 8  # encoder chains in one graph: 1487 nodes each with the full codec (channels-last DAC)
 DEFAULT_MAX_ENCODE_SAMPLES = 24000 * 40  # samples per encode graph: its im2col buffers grow with them
 
@@ -55,12 +62,14 @@ class AudioCodec:
     def __init__(self, runtime: Runtime, weights: model.CodecWeights, config: model.CodecConfig, *,
                  encode_runtime: Runtime | None = None, encode_weights: model.CodecWeights | None = None,
                  window_frames: int = DEFAULT_WINDOW_FRAMES, context_frames: int = DEFAULT_CONTEXT_FRAMES,
-                 max_graphs: int = 2, max_encode_samples: int = DEFAULT_MAX_ENCODE_SAMPLES, metadata: dict | None = None,
+                 max_decode_frames: int | None = None, max_graphs: int = 2, max_encode_samples: int = DEFAULT_MAX_ENCODE_SAMPLES, metadata: dict | None = None,
                  owns: tuple = ()) -> None:
         """Wrap loaded weights (use `load_codec`); `owns` (stores, runtimes) are closed with it.
 
         The encoder runs on `encode_runtime` with `encode_weights` when given, else on `runtime` with `weights`.
-        `metadata` is the file's, for callers that check a model and a codec belong together.
+        `max_decode_frames` caps the frames of sequences packed into one decode graph (default: four windows on
+        a GPU, one on the CPU; the full-size decoder's graph takes ~1.1 MiB a frame). `metadata` is the file's,
+        for callers that check a model and a codec belong together.
         """
         if context_frames < 0 or window_frames <= 2 * context_frames:
             raise ValueError(f"window_frames ({window_frames}) must exceed 2 * context_frames ({context_frames})")
@@ -72,6 +81,11 @@ class AudioCodec:
         self.metadata = metadata or {}
         self.window_frames = int(window_frames)
         self.context_frames = int(context_frames)
+        if max_decode_frames is None:
+            max_decode_frames = window_frames * (4 if runtime.is_gpu else 1)
+        # a whole window and its gap must fit; a multiple of the rounding, so that rounding never passes it
+        self.max_decode_frames = -(-max(int(max_decode_frames), window_frames + DECODE_GAP_FRAMES)
+                                   // DECODE_ROUND_FRAMES) * DECODE_ROUND_FRAMES
         self.max_graphs = max(1, int(max_graphs))
         self.max_encode_samples = int(max_encode_samples)
         self._graphs: OrderedDict[tuple, Graph] = OrderedDict()
@@ -161,8 +175,8 @@ class AudioCodec:
     def decode_batch(self, codes_list: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Decode several code sequences [n_codebooks, T_i] -> float32 audio [T_i * hop] each, unprocessed.
 
-        Short sequences share one graph (one chain each, so lengths may differ); the frames fed to one graph
-        never exceed window_frames.
+        The sequences (windows of long ones) are packed side by side into as few graphs as `max_decode_frames`
+        allows, each decoded as if alone (models.dac.masked).
         """
         self._check_open()
         if not self.can_decode:
@@ -172,28 +186,35 @@ class AudioCodec:
         seqs = [self.check_codes(c, f"codes[{i}]" if len(codes_list) > 1 else "codes")
                 for i, c in enumerate(codes_list)]
         runs: list[list[_Window]] = []
+        used = 0  # frames of the last run, the gap after each window included
         for w in (w for i, c in enumerate(seqs) for w in self._windows(i, c.shape[1])):
-            if (runs and len(runs[-1]) < MAX_CHAINS
-                    and sum(x.stop - x.start for x in runs[-1]) + (w.stop - w.start) <= self.window_frames):
+            n = w.stop - w.start + DECODE_GAP_FRAMES
+            if runs and used + n <= self.max_decode_frames:
                 runs[-1].append(w)
+                used += n
             else:
                 runs.append([w])
+                used = n
         pieces: list[list[np.ndarray]] = [[] for _ in seqs]
         hop = self.hop_length
         for run in runs:
-            lengths = tuple(w.stop - w.start for w in run)
+            starts = np.cumsum([0] + [w.stop - w.start + DECODE_GAP_FRAMES for w in run])
+            T = -(-(int(starts[-1]) - DECODE_GAP_FRAMES) // DECODE_ROUND_FRAMES) * DECODE_ROUND_FRAMES
+            codes = np.zeros((self.n_codebooks, T), np.int32)
+            mask = np.zeros((T, 1, 1), np.float32)  # ggml [1, 1, T]
+            for a, w in zip(starts, run):
+                codes[:, a:a + w.stop - w.start] = seqs[w.seq][:, w.start:w.stop]
+                mask[a:a + w.stop - w.start] = 1.0
 
-            def build(g: Graph, lengths=lengths) -> None:
-                for j, T in enumerate(lengths):
-                    codes = g.input(f"codes{j}", np.int32, (self.n_codebooks, T))
-                    g.output(f"audio{j}", model.build_decode(g.ctx, self.weights, self.config, codes))
+            def build(g: Graph, T=T) -> None:
+                c = g.input("codes", np.int32, (self.n_codebooks, T))
+                m = g.input("mask", np.float32, (T, 1, 1))
+                g.output("audio", model.build_decode(g.ctx, self.weights, self.config, c, m))
 
-            g = self._graph(("decode",) + lengths, build, self.runtime,
-                            f"the codec decoder's graph for {sum(lengths)} frames")
-            out = g.compute(**{f"codes{j}": seqs[w.seq][:, w.start:w.stop] for j, w in enumerate(run)})
-            for j, w in enumerate(run):
-                audio = out[f"audio{j}"].reshape(-1)
-                pieces[w.seq].append(audio[(w.keep0 - w.start) * hop:(w.keep1 - w.start) * hop])
+            g = self._graph(("decode", T), build, self.runtime, f"the codec decoder's graph for {T} frames")
+            audio = g.compute(codes=codes, mask=mask)["audio"].reshape(-1)
+            for a, w in zip(starts, run):
+                pieces[w.seq].append(audio[(a + w.keep0 - w.start) * hop:(a + w.keep1 - w.start) * hop])
         return [p[0] if len(p) == 1 else np.concatenate(p) for p in pieces]
 
     def decode(self, codes: np.ndarray) -> np.ndarray:

@@ -150,12 +150,27 @@ def test_decode_batch_equals_single_decodes(codec, golden):
 
 
 def test_decode_batch_of_many_short_sequences(codec, rng):
-    """More sequences than one graph holds chains for: split into several graphs, order kept."""
+    """Short sequences packed a few frames apart, over more graphs than one: each decodes as it does alone,
+    order kept (a gap narrower than a convolution's reach would mix neighbours: the control below)."""
+    from omnivoice.runners import codec as runner
+
     seqs = [rng.integers(0, codec.codebook_size, (codec.n_codebooks, int(rng.integers(1, 6)))) for _ in range(30)]
-    out = codec.decode_batch(seqs)
-    assert [len(a) for a in out] == [960 * s.shape[1] for s in seqs]
-    for i in (0, 17, 29):
-        np.testing.assert_allclose(out[i], codec.decode(seqs[i]), rtol=0, atol=tol(codec, 1e-6, 1e-2))
+    small = AudioCodec(codec.runtime, codec.weights, codec.config, window_frames=40, context_frames=16,
+                       max_decode_frames=48)
+    try:
+        out = small.decode_batch(seqs)
+        assert [len(a) for a in out] == [960 * s.shape[1] for s in seqs]
+        assert sum(s.shape[1] + runner.DECODE_GAP_FRAMES for s in seqs) > 2 * small.max_decode_frames  # 3+ runs
+        for i in range(len(seqs)):
+            np.testing.assert_allclose(out[i], codec.decode(seqs[i]), rtol=0, atol=tol(codec, 1e-6, 1e-2))
+        runner.DECODE_GAP_FRAMES, gap = 1, runner.DECODE_GAP_FRAMES
+        try:
+            mixed = small.decode_batch(seqs)
+        finally:
+            runner.DECODE_GAP_FRAMES = gap
+        assert max(np.abs(a - b).max() for a, b in zip(mixed, out)) > 100 * tol(codec, 1e-6, 1e-2)
+    finally:
+        small.close()
 
 
 def test_windowed_decode_equals_whole(codec, rng):
@@ -181,17 +196,20 @@ def test_windowed_decode_equals_whole(codec, rng):
         windowed.close()  # owns nothing: the shared weights stay
 
 
-def test_graphs_are_cached_per_length(codec, rng):
+def test_graphs_are_cached_per_packed_length(codec, rng):
+    """A decode graph serves every batch whose packed length rounds up to its own (9 frames, 16, two 5-frame
+    sequences and their gap: 16); the cache keeps max_graphs of them."""
     codec.clear_graphs()
     codes = rng.integers(0, codec.codebook_size, (codec.n_codebooks, 9))
     first = codec.decode(codes)
-    graph = codec._graphs[("decode", 9)]
-    again = codec.decode(codes)
-    assert codec._graphs[("decode", 9)] is graph
-    np.testing.assert_array_equal(first, again)
-    for T in (10, 11, 12):
+    graph = codec._graphs[("decode", 16)]
+    np.testing.assert_array_equal(codec.decode(codes), first)
+    codec.decode(codes[:, :1].repeat(16, axis=1))
+    codec.decode_batch([codes[:, :5], codes[:, 4:]])
+    assert list(codec._graphs) == [("decode", 16)] and codec._graphs[("decode", 16)] is graph
+    for T in (17, 33, 49):
         codec.decode(codes[:, :1].repeat(T, axis=1))
-    assert len(codec._graphs) <= codec.max_graphs and ("decode", 9) not in codec._graphs
+    assert len(codec._graphs) <= codec.max_graphs and ("decode", 16) not in codec._graphs
 
 
 def test_graph_nodes_are_named(codec, golden):
