@@ -38,8 +38,8 @@ DEFAULT_WINDOW_FRAMES = 512
 DEFAULT_CONTEXT_FRAMES = 16
 # Sequences decoded together are packed side by side into one graph, DECODE_GAP_FRAMES zero frames apart (the
 # widest reach of one convolution, at any rate: a residual unit's kernel of 7 at dilation 9 after the first
-# upsampling by 8, 27 samples, 3.4 frames; models.dac.masked), the packed length rounded up to DECODE_ROUND_FRAMES
-# so that a graph serves many compositions. Until 2026-12-01 each sequence was a chain of its own in a shared
+# upsampling by 8, 27 samples, 3.4 frames; models.dac.masked), every graph of a call but its last padded to
+# max_decode_frames and the last rounded up to DECODE_ROUND_FRAMES, so that graphs serve many compositions. Until 2026-12-01 each sequence was a chain of its own in a shared
 # graph: 680 nodes a chain, which on the H200 made 64 five-second decodes ~0.45 s of small kernels.
 DECODE_GAP_FRAMES = 4
 DECODE_ROUND_FRAMES = 16
@@ -197,9 +197,11 @@ class AudioCodec:
                 used = n
         pieces: list[list[np.ndarray]] = [[] for _ in seqs]
         hop = self.hop_length
-        for run in runs:
+        for i, run in enumerate(runs):
             starts = np.cumsum([0] + [w.stop - w.start + DECODE_GAP_FRAMES for w in run])
-            T = -(-(int(starts[-1]) - DECODE_GAP_FRAMES) // DECODE_ROUND_FRAMES) * DECODE_ROUND_FRAMES
+            # Every run but the last is full (within a window) and padded to the same length: one graph for all.
+            T = (self.max_decode_frames if i < len(runs) - 1 else
+                 -(-(int(starts[-1]) - DECODE_GAP_FRAMES) // DECODE_ROUND_FRAMES) * DECODE_ROUND_FRAMES)
             codes = np.zeros((self.n_codebooks, T), np.int32)
             mask = np.zeros((T, 1, 1), np.float32)  # ggml [1, 1, T]
             for a, w in zip(starts, run):
