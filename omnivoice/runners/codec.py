@@ -39,8 +39,11 @@ DEFAULT_CONTEXT_FRAMES = 16
 # Sequences decoded together are packed side by side into one graph, DECODE_GAP_FRAMES zero frames apart (the
 # widest reach of one convolution, at any rate: a residual unit's kernel of 7 at dilation 9 after the first
 # upsampling by 8, 27 samples, 3.4 frames; models.dac.masked), every graph of a call but its last padded to
-# max_decode_frames and the last rounded up to DECODE_ROUND_FRAMES, so that graphs serve many compositions. Until 2026-12-01 each sequence was a chain of its own in a shared
-# graph: 680 nodes a chain, which on the H200 made 64 five-second decodes ~0.45 s of small kernels.
+# max_decode_frames and the last rounded up to DECODE_ROUND_FRAMES, so that graphs serve many compositions. Until
+# 2026-12-01 each sequence was a 680-node chain of its own in a shared graph: 64 five-second sequences took 0.86 s
+# on the H200 against 0.44 packed (0.75 against 0.36 with TF32; tools/codec_decode_time.py, BENCHMARKS.md). On a
+# GPU a packed sequence's samples differ from its lone decode's in the last bits (other product kernels for other
+# widths: 3.6e-6 at most there, 1.1e-3 with TF32); on the CPU they are the same.
 DECODE_GAP_FRAMES = 4
 DECODE_ROUND_FRAMES = 16
 MAX_ENCODE_CHAINS = 8  # encoder chains in one graph: 1487 nodes each with the full codec (channels-last DAC)
