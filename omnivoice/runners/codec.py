@@ -22,6 +22,7 @@ so with 16 frames of context the windows give the samples of one whole-sequence 
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ from ..ggml import Graph, Runtime, WeightStore
 from ..gguf import open_model
 from ..loaders import codec as loader
 from ..models import codec as model
+
+log = logging.getLogger("omnivoice")
 
 DEFAULT_WINDOW_FRAMES = 512
 DEFAULT_CONTEXT_FRAMES = 16
@@ -70,8 +73,9 @@ class AudioCodec:
         """Wrap loaded weights (use `load_codec`); `owns` (stores, runtimes) are closed with it.
 
         The encoder runs on `encode_runtime` with `encode_weights` when given, else on `runtime` with `weights`.
-        `max_decode_frames` caps the frames of sequences packed into one decode graph (default: four windows on
-        a GPU, one on the CPU; the full-size decoder's graph takes ~1.1 MiB a frame). `metadata` is the file's,
+        `max_decode_frames` caps the frames of sequences packed into one decode graph (default: two windows on
+        a GPU, one on the CPU; the full-size decoder's graph takes ~1.1 MiB a frame; halved, down to a window,
+        where a graph does not fit in the device's memory). `metadata` is the file's,
         for callers that check a model and a codec belong together.
         """
         if context_frames < 0 or window_frames <= 2 * context_frames:
@@ -85,10 +89,9 @@ class AudioCodec:
         self.window_frames = int(window_frames)
         self.context_frames = int(context_frames)
         if max_decode_frames is None:
-            max_decode_frames = window_frames * (4 if runtime.is_gpu else 1)
-        # a whole window and its gap must fit; a multiple of the rounding, so that rounding never passes it
-        self.max_decode_frames = -(-max(int(max_decode_frames), window_frames + DECODE_GAP_FRAMES)
-                                   // DECODE_ROUND_FRAMES) * DECODE_ROUND_FRAMES
+            max_decode_frames = window_frames * (2 if runtime.is_gpu else 1)
+        self.max_decode_frames = max(self._decode_frames_floor(), -(-int(max_decode_frames) // DECODE_ROUND_FRAMES)
+                                     * DECODE_ROUND_FRAMES)
         self.max_graphs = max(1, int(max_graphs))
         self.max_encode_samples = int(max_encode_samples)
         self._graphs: OrderedDict[tuple, Graph] = OrderedDict()
@@ -144,6 +147,11 @@ class AudioCodec:
             raise
         self._graphs[key] = g
         return g
+
+    def _decode_frames_floor(self) -> int:
+        """The fewest frames a decode graph must take: a whole window and its gap, rounded up (a multiple of the
+        rounding, so that rounding a run never passes max_decode_frames)."""
+        return -(-(self.window_frames + DECODE_GAP_FRAMES) // DECODE_ROUND_FRAMES) * DECODE_ROUND_FRAMES
 
     def _check_open(self) -> None:
         if self._closed:  # the weight records (shapes read for planning too) point at freed memory
@@ -216,7 +224,17 @@ class AudioCodec:
                 m = g.input("mask", np.float32, (T, 1, 1))
                 g.output("audio", model.build_decode(g.ctx, self.weights, self.config, c, m))
 
-            g = self._graph(("decode", T), build, self.runtime, f"the codec decoder's graph for {T} frames")
+            try:
+                g = self._graph(("decode", T), build, self.runtime, f"the codec decoder's graph for {T} frames")
+            except MemoryError:
+                floor = self._decode_frames_floor()
+                if T <= floor:
+                    raise
+                # a device with less memory left than the packing assumed: smaller graphs from now on
+                self.max_decode_frames = max(floor, T // 2 // DECODE_ROUND_FRAMES * DECODE_ROUND_FRAMES)
+                log.warning("decode graph of %d frames does not fit: packing at most %d frames from now on",
+                            T, self.max_decode_frames)
+                return self.decode_batch(codes_list)
             audio = g.compute(codes=codes, mask=mask)["audio"].reshape(-1)
             for a, w in zip(starts, run):
                 pieces[w.seq].append(audio[(a + w.keep0 - w.start) * hop:(a + w.keep1 - w.start) * hop])

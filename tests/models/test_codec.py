@@ -173,6 +173,32 @@ def test_decode_batch_of_many_short_sequences(codec, rng):
         small.close()
 
 
+def test_decode_batch_packs_less_where_memory_is_short(codec, rng, monkeypatch):
+    """A packed decode graph that does not fit (MemoryError from its allocation) halves the packing, down to a
+    window, and the call still gives every sequence; a window that does not fit fails as before."""
+    small = AudioCodec(codec.runtime, codec.weights, codec.config, window_frames=40, context_frames=16,
+                       max_decode_frames=176)
+    real = AudioCodec._graph
+
+    def graph(self, key, *args):
+        if key[0] == "decode" and key[1] > 48:
+            raise MemoryError(f"the codec decoder's graph for {key[1]} frames needs more than there is")
+        return real(self, key, *args)
+
+    monkeypatch.setattr(AudioCodec, "_graph", graph)
+    try:
+        seqs = [rng.integers(0, codec.codebook_size, (codec.n_codebooks, 20)) for _ in range(6)]
+        out = small.decode_batch(seqs)
+        assert small.max_decode_frames == 48
+        for s, a in zip(seqs, out):
+            np.testing.assert_allclose(a, codec.decode(s), rtol=0, atol=tol(codec, 1e-6, 1e-2))
+        monkeypatch.setattr(AudioCodec, "_graph", lambda self, key, *a: (_ for _ in ()).throw(MemoryError("none")))
+        with pytest.raises(MemoryError):
+            small.decode_batch(seqs[:1])
+    finally:
+        small.close()
+
+
 def test_windowed_decode_equals_whole(codec, rng):
     codes = rng.integers(0, codec.codebook_size, (codec.n_codebooks, 70))
     whole = codec.decode(codes)
