@@ -168,7 +168,8 @@ def test_decode_batch_of_many_short_sequences(codec, rng):
             mixed = small.decode_batch(seqs)
         finally:
             runner.DECODE_GAP_FRAMES = gap
-        assert max(np.abs(a - b).max() for a, b in zip(mixed, out)) > 100 * tol(codec, 1e-6, 1e-2)
+        # 0.3 measured on the CPU, 0.27 on the H200, against peaks of 0.45
+        assert max(np.abs(a - b).max() for a, b in zip(mixed, out)) > 0.1 * max(np.abs(a).max() for a in out)
     finally:
         small.close()
 
