@@ -45,9 +45,8 @@ DEFAULT_CONTEXT_FRAMES = 16
 # max_decode_frames and the last rounded up to DECODE_ROUND_FRAMES, so that graphs serve many compositions. Until
 # 2026-12-01 each sequence was a 680-node chain of its own in a shared graph: 64 five-second sequences took 0.66-0.79
 # s on the H200 (TF32) against 0.39 packed into graphs of 1024 frames, 0.36 of 2048 (tools/codec_decode_time.py,
-# BENCHMARKS.md). On a
-# GPU a packed sequence's samples differ from its lone decode's in the last bits (other product kernels for other
-# widths: 3.6e-6 at most there, 1.1e-3 with TF32); on the CPU they are the same.
+# BENCHMARKS.md). On a GPU a packed sequence's samples differ from its lone decode's in the last bits (other
+# product kernels for other widths: 3.6e-6 at most there, 1.1e-3 with TF32); on the CPU they are the same.
 DECODE_GAP_FRAMES = 4
 DECODE_ROUND_FRAMES = 16
 MAX_ENCODE_CHAINS = 8  # encoder chains in one graph: 1487 nodes each with the full codec (channels-last DAC)
