@@ -40,11 +40,14 @@ def main() -> int:
     rng = np.random.default_rng(0)
     extra = {"max_decode_frames": args.max_decode_frames} if args.max_decode_frames else {}
     with load_codec(args.codec, args.backend, **extra) as codec:
-        seqs = [rng.integers(0, codec.codebook_size, (codec.n_codebooks, int(rng.integers(int(lo), int(hi or lo) + 1))))
-                for _ in range(args.n)]
+        seqs = []
+        for _ in range(args.n):  # one length, then its codes (the order the recorded runs drew them in)
+            T = int(rng.integers(int(lo), int(hi or lo) + 1))
+            seqs.append(rng.integers(0, codec.codebook_size, (codec.n_codebooks, T)))
         times = {}
         outs = {}
-        for name, run in (("batch", lambda: codec.decode_batch(seqs)), ("one_by_one", lambda: [codec.decode(s) for s in seqs])):
+        runs = (("batch", lambda: codec.decode_batch(seqs)), ("one_by_one", lambda: [codec.decode(s) for s in seqs]))
+        for name, run in runs:
             outs[name] = run()  # warm-up: graphs built
             best = np.inf
             for _ in range(args.repeats):

@@ -351,8 +351,8 @@ def _score(
     log_probs: Optional[np.ndarray] = None,
     position_noise: Optional[PositionNoise] = None,
 ) -> ScoredStep:
-    """The choice of one step, up to its exact position noise, from the LM's output for ``tokens``: ``log_probs`` [C, T, V] when
-    class_temperature > 0, else its argmax ``pred`` and max ``score`` [C, T].
+    """The choice of one step, up to its exact position noise, from the LM's output for ``tokens``:
+    ``log_probs`` [C, T, V] when class_temperature > 0, else its argmax ``pred`` and max ``score`` [C, T].
 
     ``position_noise`` is the noise of the masked positions' scores when the caller drew it already
     (generate.batch draws it for many chunks at once). Otherwise it is drawn here from ``rng``, after any

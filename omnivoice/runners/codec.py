@@ -12,12 +12,12 @@ kernels use TF32 tensor cores), about 3 significant digits per product. Decoding
 (cosine 0.999996 against the float32 reference on the full-size preset), but encoding ends in argmins that
 such errors flip: with random full-size weights 1-2 % of the codes of two codebooks changed. `encode_backend="cpu"`
 runs the encoder on the CPU (its weights live there, the decoder's stay on the GPU) and gives the reference's
-codes exactly. Decoding feeds at most
-`window_frames` frames of one sequence to a graph: longer sequences go in windows that overlap by `context_frames`
-on each side, of which only the centre is kept; the windows and short sequences of one call are packed side by
-side into graphs of at most `max_decode_frames` frames, each decoded as if alone (models.dac.masked). The decoder's receptive field is about 12 frames each way (conv1 3,
-block 0's transposed conv 2 and residual units 39 samples at 8 per frame, the later blocks about 1.5 together),
-so with 16 frames of context the windows give the samples of one whole-sequence graph.
+codes exactly. Decoding feeds at most `window_frames` frames of one sequence to a graph: longer sequences go in
+windows that overlap by `context_frames` on each side, of which only the centre is kept. The decoder's receptive
+field is about 12 frames each way (conv1 3, block 0's transposed conv 2 and residual units 39 samples at 8 per
+frame, the later blocks about 1.5 together), so with 16 frames of context the windows give the samples of one
+whole-sequence graph. The windows and short sequences of one call are packed side by side into graphs of at most
+`max_decode_frames` frames, each decoded as if alone (models.dac.masked).
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class AudioCodec:
     def __init__(self, runtime: Runtime, weights: model.CodecWeights, config: model.CodecConfig, *,
                  encode_runtime: Runtime | None = None, encode_weights: model.CodecWeights | None = None,
                  window_frames: int = DEFAULT_WINDOW_FRAMES, context_frames: int = DEFAULT_CONTEXT_FRAMES,
-                 max_decode_frames: int | None = None, max_graphs: int = 2, max_encode_samples: int = DEFAULT_MAX_ENCODE_SAMPLES, metadata: dict | None = None,
+                 max_decode_frames: int | None = None, max_graphs: int = 2,
+                 max_encode_samples: int = DEFAULT_MAX_ENCODE_SAMPLES, metadata: dict | None = None,
                  owns: tuple = ()) -> None:
         """Wrap loaded weights (use `load_codec`); `owns` (stores, runtimes) are closed with it.
 
