@@ -75,6 +75,25 @@ def _load_ops():
 
 ops = _load_ops()
 
+
+def _build_info() -> dict:
+    """What build_ext.py recorded of the loaded build (_lib/build.json: ggml's version, the patches applied,
+    CMake's arguments), or {} for a build without the record."""
+    try:
+        return json.loads((LIB_DIR / "build.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+build_info = _build_info()
+
+
+def built_with_patch(prefix: str) -> bool:
+    """Whether the loaded ggml was built with our patch whose file name starts with `prefix` (e.g. "0005-"):
+    graphs that count on a patched kernel ask, so that another build (OMNIVOICE_GGML_LIB_DIR) still gets the
+    graphs that suit it."""
+    return any(str(name).startswith(prefix) for name in build_info.get("ggml_patches", []))
+
 _LEVELS = {lib.GGML_LOG_LEVEL_ERROR: logging.ERROR, lib.GGML_LOG_LEVEL_WARN: logging.WARNING,
            lib.GGML_LOG_LEVEL_INFO: logging.DEBUG, lib.GGML_LOG_LEVEL_DEBUG: logging.DEBUG}
 

@@ -220,3 +220,17 @@ def test_a_ctrl_c_right_after_a_free_does_not_free_twice(what, rng, monkeypatch)
     if what != "runtime":
         rt.close()
     assert freed and len(freed) == len(set(freed)), freed
+
+
+def test_the_build_records_the_locked_patches():
+    """build_ext.py records in _lib/build.json the patches it applied, the ones ggml.lock lists; graphs that
+    count on a patched kernel ask for it by name (the LM's default graph on CUDA: fused_casts with 0005)."""
+    import json
+    from pathlib import Path
+
+    from omnivoice.ggml import build_info, built_with_patch
+
+    lock = json.loads((Path(__file__).resolve().parents[2] / "vendor" / "ggml" / "ggml.lock").read_text())
+    files = [p["file"] for p in lock["patches"]]
+    assert build_info["ggml_patches"] == files
+    assert all(built_with_patch(f.split("-")[0] + "-") for f in files) and not built_with_patch("9999-")

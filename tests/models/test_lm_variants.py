@@ -17,7 +17,7 @@ from omnivoice.runners.lm import LanguageModel
 
 from .test_lm import random_prompt
 
-ALL = "qk_rope,kv_rows,one_attention,typed_inputs"
+ALL = "qk_rope,kv_rows,one_attention,typed_inputs,fused_casts"
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def assert_same(out, base, bitwise: bool, bound: float = 1e-6):
 
 
 @pytest.mark.parametrize("quant", ["f32", "bf16"])
-@pytest.mark.parametrize("names", ["qk_rope", "kv_rows", "one_attention", "typed_inputs", ALL])
+@pytest.mark.parametrize("names", ["qk_rope", "kv_rows", "one_attention", "typed_inputs", "kv_rows,fused_casts", ALL])
 def test_variant_computes_what_the_default_graph_does(runtime, tiny_gguf, prompts, quant, names):
     base = step(runtime, tiny_gguf[quant], prompts, Variant())
     out = step(runtime, tiny_gguf[quant], prompts, Variant.parse(names))
