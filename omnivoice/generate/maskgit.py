@@ -146,9 +146,10 @@ def gumbel_noise(u: np.ndarray) -> np.ndarray:
 
 def _noise_tolerance(x: np.ndarray | np.float64) -> np.ndarray | np.float64:
     """A bound on |float32(s + gumbel_noise(u)) - (s + PositionNoise.near)| for a sum near ``x``: the noise is
-    within 6.2e-7 of its float64 value over 9 million draws, all of the smallest and the largest uniforms
-    among them (tests/generate/test_maskgit.py), and the float32 sum rounds by 2^-24 |x| at most; this allows
-    16 times the first and the second. ``x - tolerance(x)`` grows with ``x``, which the top-k's bound needs."""
+    within 6.2e-7 of its float64 value over 9.2 million draws (4 million random ones, the 2^20 smallest and
+    the 2^22 largest uniforms cuRAND gives; tests/generate/test_maskgit.py checks a share of each), and the
+    float32 sum rounds by 2^-24 |x| at most; this allows 16 times the first and the second. ``x -
+    tolerance(x)`` grows with ``x``, which the top-k's bound needs."""
     return 1e-5 + 2.0**-20 * np.abs(x)
 
 
