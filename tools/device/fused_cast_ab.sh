@@ -13,16 +13,21 @@ OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
 exec > >(tee -a "$OUT/fused_cast_ab.log") 2>&1
 source tools/device/batch_setup.sh > "$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
 cat omnivoice/ggml/_lib/build.json; echo
+# AB_ENV="NAME=1" compares the runtime's default graph with that environment setting (e.g. one fusion switched
+# off: GGML_CUDA_DISABLE_ADD_RMS_NORM_FUSION=1, patch 0006) against without it, instead of two variants.
+if [ -n "${AB_ENV:-}" ]; then arms=("env:$AB_ENV" "default"); else arms=(${VARIANTS:-kv_rows kv_rows,fused_casts}); fi
 for r in 1 2; do
-  for v in ${VARIANTS:-kv_rows kv_rows,fused_casts}; do
+  for v in "${arms[@]}"; do
     prof=$([ "$r" = 1 ] && echo "${PROFILE:-2}" || echo 0)
     stamp "$v, round $r"
-    timeout 150 python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --quants bf16 --backend cuda --repeats 5 \
-      --shapes auto5,clone5,auto20 --variant "$v" --profile "$prof" --json "$OUT/steps.jsonl" --label "$v-$r" 2>&1 |
-      grep -v '^{' | tail -30
-    timeout 150 python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --quants bf16 --backend cuda --repeats 3 \
-      --shapes auto5 --batch 16,64 --variant "$v" --profile "$prof" --json "$OUT/steps.jsonl" --label "$v-$r" 2>&1 |
-      grep -v '^{' | tail -30
+    envs=(); args=()
+    case "$v" in env:*) envs=("${v#env:}");; default) ;; *) args=(--variant "$v");; esac
+    env "${envs[@]}" timeout 150 python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --quants bf16 --backend cuda \
+      --repeats 5 --shapes auto5,clone5,auto20 "${args[@]}" --profile "$prof" --json "$OUT/steps.jsonl" \
+      --label "$v-$r" 2>&1 | grep -v '^{' | tail -30
+    env "${envs[@]}" timeout 150 python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --quants bf16 --backend cuda \
+      --repeats 3 --shapes auto5 --batch 16,64 "${args[@]}" --profile "$prof" --json "$OUT/steps.jsonl" \
+      --label "$v-$r" 2>&1 | grep -v '^{' | tail -30
   done
 done
 stamp "tests on CUDA, $(left) s left"
