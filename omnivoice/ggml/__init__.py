@@ -10,6 +10,7 @@ from .graph import (Graph, Tensor, named, ne_of, new_context, new_tensor, read_t
 from .weights import WeightStore
 from . import types
 
-__all__ = ["GGMLNotBuiltError", "build_info", "built_with_patch", "callback_error", "consts", "ffi", "lib", "ops", "Device", "Runtime",
+__all__ = ["GGMLNotBuiltError", "build_info", "built_with_patch", "callback_error", "consts", "ffi", "lib", "ops",
+           "Device", "Runtime",
            "list_devices", "parse_spec", "Graph", "Tensor", "named", "ne_of", "new_context", "new_tensor",
            "read_tensor", "set_name", "shape_of", "write_tensor", "WeightStore", "types"]
