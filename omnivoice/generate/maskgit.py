@@ -155,9 +155,9 @@ def _noise_tolerance(x: np.ndarray | np.float64) -> np.ndarray | np.float64:
 
 @dataclass(frozen=True)
 class PositionNoise:
-    """One step's position noise at the masked positions (C order): the uniform draws, and their Gumbel noise
-    in float64 (two ``np.log``), within :func:`_noise_tolerance` of the exact float32 noise; the exact noise
-    too, when it was asked for at once.
+    """One step's position noise at the masked positions (C order): the uniform draws, and either their Gumbel
+    noise in float64 (two ``np.log``), within :func:`_noise_tolerance` of the exact float32 noise, or the exact
+    noise itself, when it was asked for at once.
 
     Otherwise the exact noise (CUDA's ``logf``: some 200 numpy calls) is evaluated in the step, only for the
     positions whose noisy score lies near the step's k-th: a step unmasks about a 32nd of a chunk (64
@@ -166,15 +166,17 @@ class PositionNoise:
     output for the exact noise of a few dozen positions, which the LM's run (3 ms on the H200) hides."""
 
     u: np.ndarray  # float32
-    near: np.ndarray  # float64
+    near: Optional[np.ndarray]  # float64, unless the exact noise was evaluated at once
     exact: Optional[np.ndarray] = None  # float32, the exact noise of every masked position, if evaluated
 
     @classmethod
     def of(cls, u: np.ndarray, exact: bool = False) -> "PositionNoise":
         """The noise of the uniforms ``u``; with ``exact``, its exact value now too."""
         u = np.asarray(u, dtype=np.float32)
+        if exact:
+            return cls(u, None, gumbel_noise(u))
         a = (u + _EPS).astype(np.float64)  # the float32 sum, as the exact noise takes it
-        return cls(u, -np.log(-np.log(a) + float(_EPS)), gumbel_noise(u) if exact else None)
+        return cls(u, -np.log(-np.log(a) + float(_EPS)))
 
 
 def gumbel_sample(logits: np.ndarray, temperature: float, rng: CudaPhiloxGenerator) -> np.ndarray:
@@ -306,6 +308,10 @@ class ScoredStep:
         """The exact noise at ``where``: evaluated here if it was not known."""
         return self.noise if self.u is None else gumbel_noise(self.u)
 
+    def choice(self) -> StepChoice:
+        """The choice, the exact noise evaluated here where it was not known (one step alone)."""
+        return self.finish(self.exact_noise())
+
 
 def _check_tokens(tokens: np.ndarray, num_codebooks: int, num_target_tokens: int, what: str) -> np.ndarray:
     tokens = np.asarray(tokens)
@@ -334,8 +340,7 @@ def _choose(
 
 def _pick(*args, **kwargs) -> StepChoice:
     """The choice of one step (see :func:`_score`)."""
-    scored = _score(*args, **kwargs)
-    return scored.finish(scored.exact_noise())
+    return _score(*args, **kwargs).choice()
 
 
 def _score(
@@ -468,8 +473,7 @@ class MaskGitState:
     def choose(self, **lm_output) -> StepChoice:
         """The next step's choice from the LM's output for :attr:`tokens` (``pred`` and ``score``, or
         ``log_probs``); draws from the generator, unless the position noise was drawn ahead."""
-        scored = self.score(**lm_output)
-        return scored.finish(scored.exact_noise())
+        return self.score(**lm_output).choice()
 
     def score(self, **lm_output) -> ScoredStep:
         """:meth:`choose` up to the exact noise of the positions it decides between."""
