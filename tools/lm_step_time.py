@@ -160,6 +160,19 @@ def main() -> int:
                           f"session build {build_ms:.1f} ms, first steps {first_ms:.1f} / {second_ms:.1f} ms)",
                           flush=True)
                     prof = kernel_profile(s, tokens, args.profile) if args.profile else None
+                # The same shape again with other ids: a model that keeps graphs (LanguageModel.max_graphs, on
+                # GPUs) hands this session the graph the one above left, so neither its build nor its first
+                # steps cost more than a step.
+                prs = [prompt(*dims, seed=batch + i) for i in range(batch)]
+                t0 = time.perf_counter()
+                with lm.session(prs, 2.0, greedy=True) as s2:
+                    t1 = time.perf_counter()
+                    s2.step(tokens)
+                    t2 = time.perf_counter()
+                    s2.step(tokens)
+                    again = (1000 * (t1 - t0), 1000 * (t2 - t1), 1000 * (time.perf_counter() - t2), s2.reused)
+                print(f"      same shape again: session {'reused' if again[3] else 'built'} in {again[0]:.1f} ms, "
+                      f"first steps {again[1]:.1f} / {again[2]:.1f} ms", flush=True)
                 if args.json:
                     with args.json.open("a") as f:
                         f.write(json.dumps({"label": args.label, "backend": args.backend, "weights": q,
@@ -168,7 +181,9 @@ def main() -> int:
                                             "first_step_ms": first_ms, "second_step_ms": second_ms, "threads": rt.n_threads,
                                             "flash": lm.flash_attn, "stacked": stacked,
                                             "variant": variant_name(lm.variant), "exact_f32": rt.exact_f32,
-                                            "ggml": ggml_version(), "profile": prof}) + "\n")
+                                            "ggml": ggml_version(), "again_build_ms": again[0],
+                                            "again_first_step_ms": again[1], "again_second_step_ms": again[2],
+                                            "again_reused": again[3], "profile": prof}) + "\n")
             lm.close()
     return 0
 

@@ -74,6 +74,7 @@ def measure_lm(lm, n_text: int = 64, n_target: int = 128) -> tuple[float, float]
     for n in (1, 4):
         with lm.session([prompt] * n, 2.0, True) as s:
             sizes.append(s.graph.buffer_size())
+    lm.clear_graphs()  # the measuring shapes' graphs, kept by the sessions' close, would only hold memory
     per_prompt_positions = L + n_target
     per_position = max(0.0, (sizes[1] - sizes[0]) / (3 * per_prompt_positions))
     fixed = max(0.0, sizes[0] - per_position * per_prompt_positions)

@@ -11,15 +11,17 @@ input stay. The guidance combination, log-softmax, argmax and max run in the gra
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
 from ..ggml import Graph, Runtime, WeightStore, built_with_patch, lib, types
+from ..ggml.graph import DEFAULT_MAX_NODES, write_tensor
 from ..gguf import keys as K
-from ..ggml.graph import DEFAULT_MAX_NODES
 from ..gguf import open_model
 from ..loaders import lm as loader
 from ..models import lm as lm_graph
@@ -55,7 +57,8 @@ class LanguageModel:
 
     def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None, clamp_fp16: bool = False,
                  stack_projections: bool | None = None, variant: lm_graph.Variant | None = None,
-                 padded_attention: bool | None = None) -> None:
+                 padded_attention: bool | None = None, max_graphs: int | None = None,
+                 max_graph_bytes: int | None = None) -> None:
         """`stack_projections` (default: on GPUs) loads q/k/v and gate/up as one matrix each; the CPU
         otherwise computes on the file's memory map in place, which stacking would have to copy.
         `variant`: another composition of the graph (models.lm.Variant; qk_rope stacks the projections);
@@ -64,7 +67,10 @@ class LanguageModel:
         with fused_casts where the ggml build fuses them (patch 0005), else the plain graph.
         `padded_attention` (default: on GPUs with flash attention; OMNIVOICE_PADDED_ATTENTION=0/1 overrides)
         attends the segments of a packed batch in padded buckets (models.lm.padded_attention), a few kernels
-        per layer instead of one per segment; the CPU keeps one call per segment, exact per request."""
+        per layer instead of one per segment; the CPU keeps one call per segment, exact per request.
+        `max_graphs` and `max_graph_bytes`: how many closed sessions' graphs are kept, and how much compute memory
+        they may hold together, for the next session of the same shape (default 8 graphs within 512 MiB on GPUs,
+        none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused)."""
         self.runtime = runtime
         f = open_model(path, loader.ARCH)
         self.cfg = loader.read_config(f)
@@ -102,6 +108,16 @@ class LanguageModel:
             env = os.environ.get("OMNIVOICE_PADDED_ATTENTION")
             padded_attention = env != "0" if env in ("0", "1") else runtime.is_gpu
         self.padded_attention = bool(padded_attention and flash_attn)
+        if max_graphs is None:
+            env = os.environ.get("OMNIVOICE_LM_GRAPHS")
+            # Only GPUs: there a new shape costs about 25 ms (graph build and allocation ~10, the first run
+            # direct and the second captured into a CUDA graph, ~15; H200, 5 s requests), 15-20 % of a whole
+            # 5 s request; on the CPU it is 8-50 ms beside LM steps of a second.
+            max_graphs = int(env) if env else (8 if runtime.is_gpu else 0)
+        self.max_graphs = max(0, int(max_graphs))
+        self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 512 << 20
+        self._kept: OrderedDict[tuple, list[_KeptGraph]] = OrderedDict()
+        self._kept_lock = threading.Lock()
 
     @property
     def metadata(self) -> dict:
@@ -120,9 +136,64 @@ class LanguageModel:
         for all prompts or one per prompt (a batch mixes requests with different settings)."""
         if self.store.closed:  # a graph built now would point at freed weights
             raise RuntimeError(f"the language model of {self.store.source} is closed")
-        return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)
+        try:
+            return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)
+        except MemoryError:
+            if not self.clear_graphs():
+                raise
+            return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)  # the kept graphs' memory freed
+
+    # ------------------------------------------------------------------------ graphs kept across sessions
+    def _take_graph(self, key: tuple) -> "_KeptGraph | None":
+        """A kept graph of this shape, removed from the keep (a session owns it alone), or None."""
+        with self._kept_lock:
+            kept = self._kept.get(key)
+            if not kept:
+                return None
+            g = kept.pop()
+            if not kept:
+                del self._kept[key]
+            return g
+
+    def _keep_graph(self, key: tuple, g: "_KeptGraph") -> None:
+        """Keep a closed session's graph for the next session of its shape; the least recently kept go first
+        when there are more than max_graphs or they hold more than max_graph_bytes."""
+        freed = []
+        with self._kept_lock:
+            if self.store.closed or g.nbytes > self.max_graph_bytes or not self.max_graphs:
+                freed.append(g)
+            else:
+                self._kept.setdefault(key, []).append(g)
+                self._kept.move_to_end(key)
+                while self._kept and (self.kept_graphs > self.max_graphs or self.kept_bytes > self.max_graph_bytes):
+                    first = next(iter(self._kept))
+                    freed.append(self._kept[first].pop(0))
+                    if not self._kept[first]:
+                        del self._kept[first]
+        for f in freed:
+            f.close()
+
+    @property
+    def kept_graphs(self) -> int:
+        """Graphs of closed sessions kept for reuse."""
+        return sum(len(v) for v in self._kept.values())
+
+    @property
+    def kept_bytes(self) -> int:
+        """Device and host memory that the kept graphs hold (compute buffers and per-chunk constants)."""
+        return sum(g.nbytes for v in self._kept.values() for g in v)
+
+    def clear_graphs(self) -> int:
+        """Free every kept graph; returns how many there were."""
+        with self._kept_lock:
+            kept = [g for v in self._kept.values() for g in v]
+            self._kept.clear()
+        for g in kept:
+            g.close()
+        return len(kept)
 
     def close(self) -> None:
+        self.clear_graphs()  # their graphs point at the weights
         self.store.close()
 
 
@@ -140,12 +211,36 @@ def variant_constants(variant: lm_graph.Variant, L: int, spans: list[tuple[int, 
     return out
 
 
+@dataclass
+class _KeptGraph:
+    """A closed session's graph and per-chunk constants, kept for the next session of the same shape."""
+
+    graph: Graph
+    constants: WeightStore
+    buckets: list | None  # padded attention's buckets (None: one attention call per segment)
+    nbytes: int
+
+    def close(self) -> None:
+        self.graph.close()
+        self.constants.close()
+
+
+# The per-chunk constants that depend on the prompts' content, not only on their shape: written again when a
+# session takes over a kept graph (positions, row ids, head columns, guidance and padding follow the shape).
+CONTENT_CONSTANTS = ("text_ids", "audio_mask", "text_mask")
+
+
 class ChunkSession:
-    """One chunk's graph: `step(tokens)` runs the LM on the prompts with their current target tokens."""
+    """One chunk's graph: `step(tokens)` runs the LM on the prompts with their current target tokens.
+
+    `reused` says whether the graph was one a closed session of the same shape left (LanguageModel.max_graphs):
+    no build, no allocation, and on CUDA its captured graph replays from the first step."""
 
     def __init__(self, model: LanguageModel, prompts: list[LMInput], guidance_scale: float | Sequence[float],
                  greedy: bool | Sequence[bool], with_logits: bool) -> None:
         self.graph = self.constants = None
+        self.reused = False
+        self._key: tuple | None = None  # set once the graph is whole: only then is it kept at close
         self.times = (0.0, 0.0, 0.0)  # the last step's wall seconds: preparing the ids, the graph run, read-back
         self._launched: Optional[tuple[float, float]] = None  # a run started and not yet finished
         try:
@@ -198,6 +293,19 @@ class ChunkSession:
         text_ids[:] = self._ids[0]
         self._offsets = (np.arange(C, dtype=np.int64) * cfg.audio_vocab)[:, None]
         self._audio_mask = audio_mask
+        self._greedy = [i for i in range(n) if self.greedy[i]]
+        self._scales = sorted({self.guidance_scale[i] for i in self._greedy})
+        content = {"text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask}
+
+        # Everything else the graph holds follows from this key; a kept graph of it only needs the new content.
+        key = (tuple(segments), tuple(self.greedy), tuple(self.guidance_scale), bool(with_logits))
+        kept = model._take_graph(key)
+        if kept is not None:
+            self.graph, self.constants, self._buckets = kept.graph, kept.constants, kept.buckets
+            for name, value in content.items():
+                write_tensor(self.constants[name], value, name)
+            self.reused, self._key = True, key
+            return
 
         flash_kv = model.flash_kv if model.flash_attn else None
         # Each packed segment adds its own attention nodes to every layer (plain path: 14, 16 with contiguous
@@ -208,10 +316,11 @@ class ChunkSession:
         w = model.weights
         # What stays fixed for the whole chunk lives on the device from the start, like a weight: a graph
         # input would be copied from the host again at every step.
-        consts = {"text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask, "pos": pos}
+        consts = dict(content, pos=pos)
         spans = list(zip(np.cumsum([0] + segments[:-1]).tolist(), segments))
         consts.update(variant_constants(model.variant, L, spans))
         padded = model.padded_attention and not model.variant.one_attention and len(segments) > 2
+        self._buckets = None
         if padded:
             self._buckets = padded_buckets(segments)
             consts.update(padded_constants(self._buckets, segments))
@@ -225,8 +334,6 @@ class ChunkSession:
         # The greedy prompts' target columns, cond then uncond, go through the audio heads and the guided pick
         # together: one product and a dozen ops for the whole batch rather than per prompt (on a GPU each is a
         # kernel, and each output a copy back).
-        self._greedy = [i for i in range(n) if self.greedy[i]]
-        self._scales = sorted({self.guidance_scale[i] for i in self._greedy})
         if self._greedy:
             cols = [np.arange(starts[i][0] + self.prompts[i].input_ids.shape[1] - self.prompts[i].n_target,
                               starts[i][0] + self.prompts[i].input_ids.shape[1]) for i in self._greedy]
@@ -266,6 +373,7 @@ class ChunkSession:
             uncond2 = lib.ggml_reshape_2d(g.ctx, uncond, cfg.audio_vocab, C * T)
             g.output(f"log_probs_{i}", lm_graph.guided_log_probs(g.ctx, cond2, uncond2, self.guidance_scale[i]))
         g.allocate()
+        self._key = key
 
     def _heads(self, g: Graph, h) -> None:
         """Audio heads, guidance and the greedy pick of every greedy prompt in one pass: outputs `pred` and
@@ -367,10 +475,21 @@ class ChunkSession:
         return results
 
     def close(self) -> None:
-        if self.graph is not None:
-            self.graph.close()
-        if self.constants is not None:
-            self.constants.close()
+        """Give the graph back to the model for the next session of this shape (LanguageModel.max_graphs), or
+        free it. A run still in flight (launched, never finished) is waited for first."""
+        graph, constants, self.graph, self.constants = self.graph, self.constants, None, None
+        key, self._key = self._key, None
+        if key is not None and graph is not None and self.model.max_graphs:
+            if self._launched is not None:
+                self._launched = None
+                graph.wait()
+            self.model._keep_graph(key, _KeptGraph(graph, constants, self._buckets,
+                                                   graph.buffer_size() + constants.nbytes))
+            return
+        if graph is not None:
+            graph.close()
+        if constants is not None:
+            constants.close()
 
     def __enter__(self) -> "ChunkSession":
         return self
