@@ -247,6 +247,55 @@ def test_attention_block_mask_gqa(run, runtime, rng, flash, kv):
     assert rel_err(y, want) < (3e-3 if kv == "f16" else 1e-5)
 
 
+@pytest.mark.parametrize("P", [20, 150, 700])
+def test_flash_attention_padded_sequences(run, runtime, rng, P):
+    """ggml_flash_attn_ext as the batched engine's padded attention calls it: S sequences padded to P rows
+    ([D, P, H, S] queries, F16 K/V [D, P, Hkv, S]), a mask per sequence hiding its padding keys, grouped-query
+    heads; lengths that end inside a 64-key chunk and past several of them (ggml patch 0007's short kernel on
+    CUDA leaves these many-sequence calls to ggml's own kernels)."""
+    if not runtime.supports_flash_attn(128):
+        pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")
+    S, H, Hkv, D = 3, 4, 2, 128
+    lengths = [P, max(1, P - 19), max(1, P // 2 + 3)]
+    q = rng.standard_normal((S, H, P, D)).astype(np.float32)
+    k = rng.standard_normal((S, Hkv, P, D)).astype(np.float16)
+    v = rng.standard_normal((S, Hkv, P, D)).astype(np.float16)
+    mask = np.zeros((S, 1, P, P), np.float16)  # [keys, queries, 1, S] in ggml order
+    for i, n in enumerate(lengths):
+        mask[i, 0, :, n:] = -np.inf
+    scale = 1 / math.sqrt(D)
+
+    def build(ctx, ws, q, k, v, m):
+        out = lib.ggml_flash_attn_ext(ctx, q, k, v, m, scale, 0.0, 0.0)                      # [D, H, P, S]
+        lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)
+        return out
+
+    y = run(build, {"q": q, "k": k, "v": v, "m": mask})                                        # (S, P, H, D)
+    for i, n in enumerate(lengths):
+        qi, ki, vi = (x.transpose(1, 0, 2).astype(np.float64) for x in (q[i], k[i, :, :n], v[i, :, :n]))
+        want = attention_ref(qi, ki, vi, np.zeros((P, n)), scale)
+        assert rel_err(y[i].reshape(P, H * D), want) < 3e-3, f"sequence {i} ({n} of {P} keys)"
+
+
+@pytest.mark.parametrize("lengths", [(147, 125), (40, 530, 9)])
+def test_flash_attention_packed_segments(run, runtime, rng, lengths):
+    """One flash-attention call over packed segments with a block-diagonal mask (the LM's one_attention graph:
+    one request's cond and uncond rows), lengths that end inside a 64-key chunk and span many (ggml patch
+    0007's kernel on CUDA skips the chunks a block's queries have masked out)."""
+    if not runtime.supports_flash_attn(128):
+        pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")
+    T, Hq, Hkv, D = sum(lengths), 4, 2, 128
+    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
+    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    seg = np.repeat(np.arange(len(lengths)), lengths)
+    mask = np.where(seg[:, None] == seg[None, :], 0.0, -np.inf)
+    y = run(lambda ctx, ws, q, k, v, m: nn.attention(ctx, q, k, v, m, 0.09, True, types.F16),
+            {"q": q, "k": k, "v": v, "m": mask.astype(np.float16)})
+    want = attention_ref(q.astype(np.float64), k.astype(np.float64), v.astype(np.float64), mask, 0.09)
+    assert rel_err(y, want) < 3e-3
+
+
 def test_plain_attention_on_device_operands(run, runtime, rng):
     """Q, K and V held in a device buffer, so that the products run on the runtime's device (a graph made of
     inputs only is run by the scheduler on the CPU backend): the plain path stays float32 where the backend

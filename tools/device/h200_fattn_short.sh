@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# ggml patch 0007 (flash attention for short sequences, fattn.cu) on the H200, in one device call: the CUDA
+# build with the patch carried in (CUDA_LIB_ARCHIVE), then
+#   1. the CUDA tests (the ops against numpy, flash attention at head size 128 included; the LM and the engine);
+#      a failure stops the script,
+#   2. full-size step-0 logits of three arms, alone and 16 packed (tools/lm_logits_ab.py): off (ggml's kernels,
+#      GGML_CUDA_DISABLE_FATTN_SHORT=1), on (the kernel per segment) and one (the kernel over one call with a
+#      block-diagonal mask, the one_attention graph variant), each against off,
+#   3. LM step times of the three arms, two alternated rounds: auto5, clone5, auto20 (with BATCH=1 also 16 / 64
+#      packed auto5 prompts, which the kernel leaves to ggml's) (tools/lm_step_time.py, BF16; round 1 profiled),
+#   4. tools/bench.py side by side with the reference in bfloat16 (auto5, clone5, auto20), arm BENCH_ARM.
+# ARMS (default "off on one", off first) picks the arms.
+# Results in $OUT: h200_fattn_short.log, tests-cuda.log, logits_ab.md, steps.jsonl, bench-cuda.json/.md.
+#
+#     CUDA_LIB_ARCHIVE=.devcarry/cudalib7 bash tools/device/h200_fattn_short.sh   # carry .whl .devcarry/cudalib7
+set -uo pipefail
+t0=$(date +%s)
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+exec > >(tee -a "$OUT/h200_fattn_short.log") 2>&1
+BUDGET_S=${BUDGET_S:-570}
+source tools/device/batch_setup.sh > "$OUT/setup.log" 2>&1 || { tail -20 "$OUT/setup.log"; exit 1; }
+rm -f "$OUT/setup.log" "$OUT/checkpoint.log"
+python3 -c "import json; print(json.load(open('omnivoice/ggml/_lib/build.json'))['ggml_patches'])"
+OFF=GGML_CUDA_DISABLE_FATTN_SHORT=1
+
+stamp "tests on CUDA"
+OMNIVOICE_TEST_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider -rs tests/nn/test_ops.py \
+  tests/ggml/test_binding.py tests/models tests/engine ${PYTEST_ARGS:-} > "$OUT/tests-cuda.log" 2>&1
+tail -12 "$OUT/tests-cuda.log"
+grep -qE "[0-9]+ (failed|error)" "$OUT/tests-cuda.log" && { stamp "tests failed: stop"; exit 1; }
+
+# arms: off (ggml's kernels), on (the kernel; per-segment calls and a concat), one (the kernel over one call
+# with a block-diagonal mask: the one_attention graph variant)
+ONE="OMNIVOICE_LM_VARIANT=kv_rows,fused_casts,one_attention"
+declare -A ENVS=([off]="$OFF" [on]="" [one]="$ONE")
+stamp "logits of each arm against off"
+ARMS=${ARMS:-off on one}
+for arm in $ARMS; do
+  env ${ENVS[$arm]} python3 tools/lm_logits_ab.py dump --gguf "$MODEL" --backend cuda --out /tmp/fattn-$arm.npz |
+    tail -1
+done
+for arm in ${ARMS#off }; do
+  echo "$arm against off:"; python3 tools/lm_logits_ab.py compare /tmp/fattn-off.npz /tmp/fattn-$arm.npz
+done | tee "$OUT/logits_ab.md"
+
+for r in 1 2; do
+  for arm in $ARMS; do
+    (( $(left) < 150 )) && break 2
+    prof=$([ "$r" = 1 ] && echo "${PROFILE:-1}" || echo 0)
+    stamp "$arm, round $r"
+    env ${ENVS[$arm]} timeout 120 python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --quants bf16 --backend cuda \
+      --repeats 5 --shapes auto5,clone5,auto20 --profile "$prof" --json "$OUT/steps.jsonl" --label "$arm-$r" 2>&1 |
+      grep -E "ms/step|same shape|profile"
+    [ "${BATCH:-0}" = 1 ] && env ${ENVS[$arm]} timeout 120 python3 tools/lm_step_time.py --gguf-dir "$W/gguf" \
+      --quants bf16 --backend cuda --repeats 3 --shapes auto5 --batch 16,64 --profile "$prof" \
+      --json "$OUT/steps.jsonl" --label "$arm-$r" 2>&1 | grep -E "ms/step"
+  done
+done
+
+if (( $(left) > 70 )) && [ -n "${REF_SITE:-}" ]; then
+  stamp "side by side with the reference (BENCH_ARM, default one)"
+  env ${ENVS[${BENCH_ARM:-one}]} timeout $(( $(left) - 10 )) python3 tools/bench.py --checkpoint "$CKPT" --gguf-dir "$W/gguf" --backend cuda \
+    --quant bf16 --ref-python python3 --ref-pythonpath "$REF_SITE" --ref-dtype bfloat16 \
+    --cases auto5,clone5,auto20 --repeats 3 --warmup 1 --json "$OUT/bench-cuda.json" \
+    --markdown "$OUT/bench-cuda.md" 2>&1 | grep -E "^\| (auto|clone)"
+fi
+stamp "done, $(left) s left"
