@@ -14,9 +14,6 @@ between the two variants (a kept graph with new content must compute what a fres
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
 import tempfile
 import time
@@ -29,20 +26,16 @@ sys.path.insert(0, str(TOOLS.parent))
 sys.path.insert(0, str(TOOLS))
 sys.path.insert(0, str(TOOLS / "reference"))
 
-from bench import TEXT_LONG, TEXT_SHORT, write_clip  # noqa: E402  (tools/ is on the path)
+from ab_common import finish, first_audio, parser, tokens_of  # noqa: E402  (tools/ is on the path)
+from bench import TEXT_LONG, TEXT_SHORT, write_clip  # noqa: E402
 from server_load import THREE, cpu_model  # noqa: E402
 
 VARIANTS = ("built", "kept")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="folder with the LM and codec GGUFs")
-    ap.add_argument("--backend", default="cuda")
-    ap.add_argument("--quant", default="auto")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = parser(__doc__)
     ap.add_argument("--steps", type=int, default=32)
-    ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
     import omnivoice as ov
@@ -56,9 +49,6 @@ def main() -> None:
     greedy = dict(num_step=args.steps, position_temperature=0.0, class_temperature=0.0, seed=7)
     round_no = [0]
 
-    def tokens_of(result) -> np.ndarray:
-        return np.concatenate([t.reshape(-1) for t in result.tokens])
-
     def synth(text: str, duration: float, **kw):
         def run():
             t0 = time.perf_counter()
@@ -71,14 +61,7 @@ def main() -> None:
         return synth(f"{TEXT_SHORT} Round {round_no[0]}, {words}.", 5.0)()
 
     def ttfb():
-        t0 = time.perf_counter()
-        job = engine.submit({"text": THREE, "seed": 7}, stream=True)
-        chunks = job.chunks()
-        next(chunks)
-        first = time.perf_counter() - t0
-        for _ in chunks:
-            pass
-        return first, tokens_of(job.result())
+        return first_audio(engine, THREE)
 
     cases = {"auto5": synth(TEXT_SHORT, 5.0), "clone5": synth(TEXT_SHORT, 5.0, ref_audio=str(clip), ref_text=transcript),
              "auto20": synth(TEXT_LONG, 20.0), "new5": new5, "first_audio": ttfb}
@@ -105,22 +88,12 @@ def main() -> None:
 
     report = {"host_cpu": cpu_model(), "backend": args.backend, "rounds": args.rounds, "steps": args.steps,
               "device": str(lm.runtime.device.spec), "max_graphs": keep, "kept_graphs": kept[0],
-              "kept_bytes": kept[1], "variants": {}}
+              "kept_bytes": kept[1]}
     print(f"host CPU: {report['host_cpu']}; {lm.runtime}; median of {args.rounds} alternating rounds, ms; "
           f"{kept[0]} graphs kept at the end of a round ({kept[1] / 2**20:.0f} MiB), at most {keep}")
     print("| LM graphs | " + " | ".join(cases) + " |\n|---|" + "---|" * len(cases))
-    for variant, r in rows.items():
-        med = {k: statistics.median(v) for k, v in r.items()}
-        report["variants"][variant] = {"median_s": med, "all_s": r}
-        print(f"| {variant} | " + " | ".join(f"{med[c] * 1e3:.1f}" for c in cases) + " |")
-    equal = {k: bool(np.array_equal(tokens["kept"][k], tokens["built"][k])) for k in tokens["kept"]}
-    report["tokens_equal"] = equal
-    print(f"tokens equal between the two: {equal}")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
-    if not all(equal.values()):
-        sys.exit("tokens differ between the variants")
-
+    finish(report, rows, {arm: tokens[arm] for arm in ("kept", "built")},
+           lambda arm, med: f"| {arm} | " + " | ".join(f"{med[c] * 1e3:.1f}" for c in cases) + " |", args.json)
 
 if __name__ == "__main__":
     main()

@@ -13,9 +13,6 @@ equal: the same draws in the same order).
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,18 +21,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server_load import THREE, cpu_model  # noqa: E402  (tools/ is on the path as the script's folder)
+from ab_common import finish, first_audio, parser, tokens_of  # noqa: E402  (tools/ is on the path as the script's folder)
+from server_load import THREE, cpu_model  # noqa: E402
 
 AUTO5 = "This is a short test of the speech synthesis engine, about five seconds of audio."
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, help="folder with the LM and codec GGUFs")
-    ap.add_argument("--backend", default="cuda")
-    ap.add_argument("--quant", default="auto")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--json", type=Path)
+    ap = parser(__doc__)
     args = ap.parse_args()
 
     import omnivoice as ov
@@ -46,19 +39,12 @@ def main() -> None:
     noise_first = MaskGitState.noise_first
 
     def ttfb() -> tuple[float, np.ndarray]:
-        t0 = time.perf_counter()
-        job = engine.submit({"text": THREE, "seed": 7}, stream=True)
-        chunks = job.chunks()
-        next(chunks)
-        first = time.perf_counter() - t0
-        for _ in chunks:
-            pass
-        return first, np.concatenate([t.reshape(-1) for t in job.result().tokens])
+        return first_audio(engine, THREE)
 
     def synth() -> tuple[float, np.ndarray]:
         t0 = time.perf_counter()
         r = model.synthesize(AUTO5, duration=5.0, seed=7)
-        return time.perf_counter() - t0, np.concatenate([t.reshape(-1) for t in r.tokens])
+        return time.perf_counter() - t0, tokens_of(r)
 
     rows: dict[str, dict[str, list[float]]] = {v: {"ttfb": [], "auto5": []} for v in ("during", "after")}
     tokens: dict[str, dict[str, np.ndarray]] = {"during": {}, "after": {}}
@@ -76,21 +62,11 @@ def main() -> None:
                 MaskGitState.noise_first = noise_first
     engine.close()
 
-    report = {"host_cpu": cpu_model(), "backend": args.backend, "rounds": args.rounds, "variants": {}}
+    report = {"host_cpu": cpu_model(), "backend": args.backend, "rounds": args.rounds}
     print(f"host CPU: {report['host_cpu']}; backend {args.backend}; median of {args.rounds} alternating rounds")
     print("| noise drawn | first audio, engine (ms) | synthesize auto5 (ms) |\n|---|---|---|")
-    for variant, r in rows.items():
-        med = {k: statistics.median(v) for k, v in r.items()}
-        report["variants"][variant] = {"median_s": med, "all_s": r}
-        print(f"| {variant} the LM run | {med['ttfb'] * 1e3:.1f} | {med['auto5'] * 1e3:.1f} |")
-    equal = {k: bool(np.array_equal(tokens["during"][k], tokens["after"][k])) for k in ("ttfb", "auto5")}
-    report["tokens_equal"] = equal
-    print(f"tokens equal between the two: {equal}")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
-    if not all(equal.values()):
-        sys.exit("tokens differ between the variants")
-
+    finish(report, rows, tokens, lambda arm, med: f"| {arm} the LM run | {med['ttfb'] * 1e3:.1f} | "
+                                                  f"{med['auto5'] * 1e3:.1f} |", args.json)
 
 if __name__ == "__main__":
     main()

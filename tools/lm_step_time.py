@@ -46,6 +46,21 @@ def prompt(n_text: int, n_ref: int, n_target: int, seed: int = 0):
     return LMInput(ids.astype(np.int32), mask, n_target)
 
 
+def opened(lm, prompts, tokens):
+    """A session for these prompts after its first two steps: (session, build ms, first step ms, second step ms)."""
+    t0 = time.perf_counter()
+    s = lm.session(prompts, 2.0, greedy=True)
+    try:
+        t1 = time.perf_counter()
+        s.step(tokens)
+        t2 = time.perf_counter()
+        s.step(tokens)
+    except BaseException:
+        s.close()
+        raise
+    return s, 1000 * (t1 - t0), 1000 * (t2 - t1), 1000 * (time.perf_counter() - t2)
+
+
 def timed_step(session, tokens) -> tuple[float, float, float, float]:
     """(prepare, run, read) seconds of one step, as ChunkSession.step times its own parts (`session.times`);
     and the CPU seconds of the process over the whole step (all threads: with one thread, what the step costs
@@ -143,14 +158,8 @@ def main() -> int:
                 # A new request shape pays the session build (graph, scheduler, compute buffers) and its first
                 # steps (on CUDA: the first runs directly, cuBLAS choosing algorithms for new shapes; the second
                 # is captured into a CUDA graph and instantiated) before its steps run at the rate below.
-                t0 = time.perf_counter()
-                with lm.session(prs, 2.0, greedy=True) as s:
-                    t1 = time.perf_counter()
-                    s.step(tokens)
-                    t2 = time.perf_counter()
-                    s.step(tokens)
-                    build_ms, first_ms = 1000 * (t1 - t0), 1000 * (t2 - t1)
-                    second_ms = 1000 * (time.perf_counter() - t2)
+                s, build_ms, first_ms, second_ms = opened(lm, prs, tokens)
+                with s:
                     parts = np.array([timed_step(s, tokens) for _ in range(args.repeats)])
                     prep, run, read, cpu = 1000 * np.median(parts, axis=0)
                     total = 1000 * np.median(parts[:, :3].sum(axis=1))
@@ -163,14 +172,9 @@ def main() -> int:
                 # The same shape again with other ids: a model that keeps graphs (LanguageModel.max_graphs, on
                 # GPUs) hands this session the graph the one above left, so neither its build nor its first
                 # steps cost more than a step.
-                prs = [prompt(*dims, seed=batch + i) for i in range(batch)]
-                t0 = time.perf_counter()
-                with lm.session(prs, 2.0, greedy=True) as s2:
-                    t1 = time.perf_counter()
-                    s2.step(tokens)
-                    t2 = time.perf_counter()
-                    s2.step(tokens)
-                    again = (1000 * (t1 - t0), 1000 * (t2 - t1), 1000 * (time.perf_counter() - t2), s2.reused)
+                s2, *times = opened(lm, [prompt(*dims, seed=batch + i) for i in range(batch)], tokens)
+                with s2:
+                    again = (*times, s2.reused)
                 print(f"      same shape again: session {'reused' if again[3] else 'built'} in {again[0]:.1f} ms, "
                       f"first steps {again[1]:.1f} / {again[2]:.1f} ms", flush=True)
                 if args.json:

@@ -225,11 +225,6 @@ class _KeptGraph:
         self.constants.close()
 
 
-# The per-chunk constants that depend on the prompts' content, not only on their shape: written again when a
-# session takes over a kept graph (positions, row ids, head columns, guidance and padding follow the shape).
-CONTENT_CONSTANTS = ("text_ids", "audio_mask", "text_mask")
-
-
 class ChunkSession:
     """One chunk's graph: `step(tokens)` runs the LM on the prompts with their current target tokens.
 
@@ -295,9 +290,9 @@ class ChunkSession:
         self._audio_mask = audio_mask
         self._greedy = [i for i in range(n) if self.greedy[i]]
         self._scales = sorted({self.guidance_scale[i] for i in self._greedy})
+        # The constants that follow the prompts' content, not only their shape: what a kept graph is given anew
+        # (positions, row ids, head columns, guidance and padding all follow from the key).
         content = {"text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask}
-
-        # Everything else the graph holds follows from this key; a kept graph of it only needs the new content.
         key = (tuple(segments), tuple(self.greedy), tuple(self.guidance_scale), bool(with_logits))
         kept = model._take_graph(key)
         if kept is not None:
@@ -432,6 +427,8 @@ class ChunkSession:
 
     def launch(self, tokens: list[np.ndarray]) -> None:
         """`step`'s first half: write the tokens and start the graph run (on a GPU: queued, not waited for)."""
+        if self.graph is None:  # its graph went back to the model (or was freed) at close
+            raise RuntimeError("ChunkSession.launch: the session is closed")
         if self._launched is not None:
             raise RuntimeError("ChunkSession.launch: the previous run was not finished")
         t0 = time.perf_counter()

@@ -104,6 +104,14 @@ def test_the_least_recent_graphs_go_first(runtime, tiny_gguf, rng):
     assert model.kept_graphs == 0  # close frees them (their graphs point at the weights)
 
 
+def test_a_closed_session_refuses_steps(keeping, rng):
+    p = random_prompt(rng, 10, 0, 16)
+    with keeping.session([p], 2.0, True) as s:
+        pass
+    with pytest.raises(RuntimeError, match="session is closed"):  # its graph is another session's now
+        s.step([p.input_ids[:, -16:]])
+
+
 def test_a_session_closed_with_a_run_in_flight_is_kept_whole(keeping, fresh, rng, runtime):
     p = random_prompt(rng, 10, 0, 16)
     tok = rng.integers(0, 1024, (8, 16)).astype(np.int32)

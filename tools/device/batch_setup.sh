@@ -85,5 +85,6 @@ bench.convert(pathlib.Path('$CKPT'), pathlib.Path('$W/gguf'), ['$QUANT'])" >> "$
     { tail -20 "$OUT/checkpoint.log"; return 1; }
 fi
 MODEL=$W/gguf/omnivoice-base-${QUANT^^}.gguf
-python3 -c "from omnivoice.ggml import list_devices; [print(d.spec, d.description) for d in list_devices()]"
+python3 -c "from omnivoice.ggml import build_info, list_devices; [print(d.spec, d.description) for d in list_devices()];
+print('ggml patches:', ', '.join(p[:4] for p in build_info.get('ggml_patches', [])))"
 stamp "setup done, $(left) s left"
