@@ -9,7 +9,7 @@
 #   3. LM step times of the three arms, two alternated rounds: auto5, clone5, auto20 (with BATCH=1 also 16 / 64
 #      packed auto5 prompts, which the kernel leaves to ggml's) (tools/lm_step_time.py, BF16; round 1 profiled),
 #   4. tools/bench.py side by side with the reference in bfloat16 (auto5, clone5, auto20), arm BENCH_ARM.
-# ARMS (default "off on one", off first) picks the arms.
+# ARMS (default "off on one", off first) picks the arms; BENCH=0 skips step 4.
 # Results in $OUT: h200_fattn_short.log, tests-cuda.log, logits_ab.md, steps.jsonl, bench-cuda.json/.md.
 #
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib7 bash tools/device/h200_fattn_short.sh   # carry .whl .devcarry/cudalib7
@@ -56,7 +56,7 @@ for r in 1 2; do
   done
 done
 
-if (( $(left) > 70 )) && [ -n "${REF_SITE:-}" ]; then
+if [ "${BENCH:-1}" = 1 ] && (( $(left) > 70 )) && [ -n "${REF_SITE:-}" ]; then
   stamp "side by side with the reference (BENCH_ARM, default one)"
   env ${ENVS[${BENCH_ARM:-one}]} timeout $(( $(left) - 10 )) python3 tools/bench.py --checkpoint "$CKPT" --gguf-dir "$W/gguf" --backend cuda \
     --quant bf16 --ref-python python3 --ref-pythonpath "$REF_SITE" --ref-dtype bfloat16 \
