@@ -165,23 +165,29 @@ class LanguageModel:
             else:
                 self._kept.setdefault(key, []).append(g)
                 self._kept.move_to_end(key)
-                while self._kept and (self.kept_graphs > self.max_graphs or self.kept_bytes > self.max_graph_bytes):
+                count = sum(len(v) for v in self._kept.values())
+                nbytes = sum(k.nbytes for v in self._kept.values() for k in v)
+                while count > self.max_graphs or nbytes > self.max_graph_bytes:
                     first = next(iter(self._kept))
-                    freed.append(self._kept[first].pop(0))
+                    oldest = self._kept[first].pop(0)
                     if not self._kept[first]:
                         del self._kept[first]
+                    freed.append(oldest)
+                    count, nbytes = count - 1, nbytes - oldest.nbytes
         for f in freed:
             f.close()
 
     @property
     def kept_graphs(self) -> int:
         """Graphs of closed sessions kept for reuse."""
-        return sum(len(v) for v in self._kept.values())
+        with self._kept_lock:  # another thread's session may be closing meanwhile
+            return sum(len(v) for v in self._kept.values())
 
     @property
     def kept_bytes(self) -> int:
         """Device and host memory that the kept graphs hold (compute buffers and per-chunk constants)."""
-        return sum(g.nbytes for v in self._kept.values() for g in v)
+        with self._kept_lock:
+            return sum(g.nbytes for v in self._kept.values() for g in v)
 
     def clear_graphs(self) -> int:
         """Free every kept graph; returns how many there were."""
@@ -476,7 +482,7 @@ class ChunkSession:
         free it. A run still in flight (launched, never finished) is waited for first."""
         graph, constants, self.graph, self.constants = self.graph, self.constants, None, None
         key, self._key = self._key, None
-        if key is not None and graph is not None and self.model.max_graphs:
+        if key is not None:  # a whole graph: the model keeps it or frees it (_keep_graph)
             if self._launched is not None:
                 self._launched = None
                 graph.wait()
