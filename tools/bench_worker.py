@@ -179,7 +179,8 @@ class OursSide:
         lm_runner.ChunkSession.step = timed_step
         lm_runner.LanguageModel.session = timed_session
         codec = self.ov.codec
-        for name, sink in (("encode", rec.encode), ("decode_batch", rec.decode)):
+        # encode() goes through encode_batch(), which create_voice() calls directly
+        for name, sink in (("encode_batch", rec.encode), ("decode_batch", rec.decode)):
             orig = getattr(codec, name)
 
             def timed(*args, _orig=orig, _sink=sink, **kwargs):

@@ -70,8 +70,9 @@ def timed_step(session, tokens) -> tuple[float, float, float, float]:
     return (*session.times, time.process_time() - c0)
 
 
-def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
-    """GPU kernel time per step, by kernel name, through torch.profiler; None where torch has no CUDA."""
+def kernel_table(run, n: int, top: int = 25) -> dict | None:
+    """GPU kernel time of `n` calls of run(), by kernel name, per call, through torch.profiler (CUPTI sees every
+    kernel of the process, ggml's included); None where torch has no CUDA."""
     try:
         import torch
         from torch.profiler import ProfilerActivity, profile
@@ -83,24 +84,34 @@ def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
         return None
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
-        for _ in range(n_steps):
-            session.step(tokens)
-        wall = (time.perf_counter() - t0) / n_steps
+        for _ in range(n):
+            run()
+        wall = (time.perf_counter() - t0) / n
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for ev in prof.events():
         if ev.device_type.name == "CUDA" and ev.device_time > 0:
             rec = by_name[ev.name]
             rec[0] += ev.device_time / 1e3  # us -> ms
             rec[1] += 1
-    total = sum(v[0] for v in by_name.values()) / n_steps
-    n_kernels = sum(v[1] for v in by_name.values()) / n_steps
-    print(f"  profile: wall {1000 * wall:.2f} ms/step, GPU busy {total:.2f} ms/step, "
-          f"{n_kernels:.0f} kernels/step")
     rows = sorted(by_name.items(), key=lambda kv: -kv[1][0])
-    for name, (ms, n) in rows[:top]:
-        print(f"    {ms / n_steps:8.3f} ms {n / n_steps:6.0f}x  {name[:110]}")
-    return {"wall_ms": 1000 * wall, "gpu_ms": total, "kernels": n_kernels,
-            "top": [(name[:200], ms / n_steps, n / n_steps) for name, (ms, n) in rows[:top]]}
+    return {"wall_ms": 1000 * wall, "gpu_ms": sum(v[0] for v in by_name.values()) / n,
+            "kernels": sum(v[1] for v in by_name.values()) / n,
+            "top": [(name[:200], ms / n, count / n) for name, (ms, count) in rows[:top]]}
+
+
+def print_kernels(k: dict, what: str = "profile") -> None:
+    """kernel_table's result: wall and GPU time per call, then the costliest kernels."""
+    print(f"  {what}: wall {k['wall_ms']:.2f} ms, GPU busy {k['gpu_ms']:.2f} ms, {k['kernels']:.0f} kernels")
+    for name, ms, count in k["top"]:
+        print(f"    {ms:8.3f} ms {count:6.0f}x  {name[:110]}")
+
+
+def kernel_profile(session, tokens, n_steps: int, top: int = 25) -> dict | None:
+    """kernel_table of `n_steps` LM steps, printed."""
+    k = kernel_table(lambda: session.step(tokens), n_steps, top)
+    if k is not None:
+        print_kernels(k, "profile (per step)")
+    return k
 
 
 def variant_name(variant) -> str:

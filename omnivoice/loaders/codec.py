@@ -109,10 +109,13 @@ class _Builder:
                     self.t.get(N.tensor(module, N.BIAS, **ix), (n_out or ne[-1],), F32))
 
     def snake(self, module: str, c: int, *path: str, **ix) -> dac.Snake:
+        """alpha and inv_beta as [C], the shape the channels-last graph multiplies by: a reshape in the graph would
+        be a node between Snake's five ops, which CUDA fuses only where they are consecutive (ggml patch 0008)."""
         alpha = N.tensor(module, *path, N.ALPHA, **ix)
+        stored = self.t.info(alpha, (1, c, 1), F32)
         # in float32 as the reference computes it
-        inv_beta = np.float32(1.0) / (self.t.values(alpha, (1, c, 1)) + self.eps)
-        return dac.Snake(self.t.get(alpha, (1, c, 1), F32),
+        inv_beta = np.float32(1.0) / (self.t.values(alpha, (1, c, 1)).reshape(c) + self.eps)
+        return dac.Snake(self.t.store.add(alpha, types.F32, (c,), stored.data),
                          self.t.store.add_array(N.tensor(module, *path, N.INV_BETA, **ix), inv_beta), self.cpu)
 
     def res_unit(self, module: str, c: int, k: int, **ix) -> dac.ResidualUnit:

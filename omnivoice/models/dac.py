@@ -30,8 +30,8 @@ DILATIONS = (1, 3, 9)  # of the three residual units of every block
 
 @dataclass(frozen=True)
 class Snake:
-    alpha: Tensor       # [1, C, 1]
-    inv_beta: Tensor    # [1, C, 1]: 1 / (alpha + eps), made at load
+    alpha: Tensor       # [C] (the file's [1, C, 1])
+    inv_beta: Tensor    # [C]: 1 / (alpha + eps), made at load
     cpu: bool = False   # the graph runs on the CPU backend
 
 
@@ -75,9 +75,7 @@ class DacEncoder:
 
 def snake(ctx, s: Snake, x):
     """Snake1d on x [C, T]."""
-    C = x.ne[0]
-    alpha, inv_beta = (lib.ggml_reshape_1d(ctx, t, C) for t in (s.alpha, s.inv_beta))   # [C]
-    return nn.snake(ctx, x, alpha, inv_beta, cpu=s.cpu)
+    return nn.snake(ctx, x, s.alpha, s.inv_beta, cpu=s.cpu)
 
 
 def conv(ctx, c: Conv, x, stride: int = 1, padding: int | None = None, dilation: int = 1, cpu: bool = False):

@@ -78,8 +78,8 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
     The columns of output t are the K input columns t*stride + k*dilation - padding (zeros outside x), IC
     contiguous values each, copied side by side into [IC*K, T_out] (kernel 1, stride 1, no padding needs no
     copy at all); then one product does every tap at once. `cpu`: the graph runs on the CPU backend, where one
-    custom node of the package's C kernels writes the columns (without them: _tap_columns, from an empty node;
-    elsewhere from zeros, a repeat).
+    custom node of the package's C kernels writes the columns (without them: _tap_columns). Elsewhere one
+    IM2COL node writes them (`_im2col_columns`).
     """
     IC, T = x.ne[0], x.ne[1]
     K, OC = w.ne[1], w.ne[2]
@@ -96,14 +96,33 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
         args = ffi.new("struct ggml_tensor *[1]", [x])
         cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, args, 1, ops.omnivoice_conv_columns, -1,
                                   _columns_params(K, stride, dilation, padding))            # [IC*K, T_out]
+    elif cpu:
+        cols = _tap_columns(ctx, x, K, t_out, stride, padding, dilation)                   # [IC*K, T_out]
     else:
-        cols = _tap_columns(ctx, x, K, t_out, stride, padding, dilation, cpu)              # [IC*K, T_out]
+        cols = _im2col_columns(ctx, x, w, stride, padding, dilation)                        # [IC*K, T_out]
     return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                         # [OC, T_out]
 
 
-def _tap_columns(ctx, x, K: int, t_out: int, stride: int, padding: int, dilation: int, cpu: bool):
-    """conv1d_cl's columns [IC*K, T_out] from ggml ops: one SET per tap (GPUs, and CPU builds without the
-    package's kernels)."""
+def _im2col_columns(ctx, x, w, stride: int, padding: int, dilation: int):
+    """conv1d_cl's columns [IC*K, T_out] as one IM2COL node (GPU backends).
+
+    x [IC, T] is read as a one-channel image IC wide and T high, and w [IC, K, OC] gives the kernel's shape
+    [IC, K, 1, OC] (ggml reads only its sizes): a kernel as wide as the image has one output column, so each of
+    the T_out rows is the K input rows t*stride + k*dilation - padding side by side (zeros outside x), tap
+    k's IC values at k*IC: the tap-major rows that w's rows match. On the H200 this replaced, per conv, a
+    REPEAT of zeros over the whole buffer and one copy per tap (tools/request_profile.py: 3.1 of a 5 s
+    decode's 8.1 GPU ms were those; BENCHMARKS.md)."""
+    IC, T = x.ne[0], x.ne[1]
+    K, OC = w.ne[1], w.ne[2]
+    image = lib.ggml_reshape_4d(ctx, lib.ggml_cont(ctx, x) if not lib.ggml_is_contiguous(x) else x, IC, T, 1, 1)
+    kernel = lib.ggml_reshape_4d(ctx, w, IC, K, 1, OC)
+    cols = lib.ggml_im2col(ctx, kernel, image, 1, stride, 0, padding, 1, dilation, True, types.F32)  # [IC*K, 1, T_out]
+    return lib.ggml_reshape_2d(ctx, cols, cols.ne[0], cols.ne[2])
+
+
+def _tap_columns(ctx, x, K: int, t_out: int, stride: int, padding: int, dilation: int):
+    """conv1d_cl's columns [IC*K, T_out] from ggml ops on the CPU backend (builds without the package's
+    kernels): one SET per tap into an empty node, the padding's columns zeroed."""
     IC, T = x.ne[0], x.ne[1]
     # ggml sizes a view as if it were contiguous, so the overlapping [IC*K, T_out] view of x cannot be made:
     # each tap's columns are copied into its rows of `cols`, and those in the padding are zeros (no padded copy
@@ -117,23 +136,17 @@ def _tap_columns(ctx, x, K: int, t_out: int, stride: int, padding: int, dilation
         spans.append((k, off, t0, t1))
     head = max(t0 for _, _, t0, _ in spans)          # the first and last columns hold some tap's zeros
     tail = t_out - min(t1 for _, _, _, t1 in spans)
-    zero = lib.ggml_scale(ctx, lib.ggml_view_2d(ctx, x, IC, 1, x.nb[1], 0), 0.0)   # [IC, 1]
-    if cpu:
-        cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, ffi.NULL, 0, _nothing, 1, ffi.NULL)
-        if head or tail:
-            zero = lib.ggml_repeat(ctx, zero, lib.ggml_new_tensor_2d(ctx, x.type, IC * K, max(head, tail)))
-            for z0, n in ((0, head), (t_out - tail, tail)):
-                if n:
-                    cols = lib.ggml_set_2d_inplace(ctx, cols, lib.ggml_view_2d(ctx, zero, IC * K, n, zero.nb[1], 0),
-                                                   cols.nb[1], z0 * cols.nb[1])
-    else:
-        cols = lib.ggml_repeat(ctx, zero, lib.ggml_new_tensor_2d(ctx, x.type, IC * K, t_out))  # [IC*K, T_out]
+    cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, ffi.NULL, 0, _nothing, 1, ffi.NULL)
+    if head or tail:
+        zero = lib.ggml_scale(ctx, lib.ggml_view_2d(ctx, x, IC, 1, x.nb[1], 0), 0.0)   # [IC, 1]
+        zero = lib.ggml_repeat(ctx, zero, lib.ggml_new_tensor_2d(ctx, x.type, IC * K, max(head, tail)))
+        for z0, n in ((0, head), (t_out - tail, tail)):
+            if n:
+                cols = lib.ggml_set_2d_inplace(ctx, cols, lib.ggml_view_2d(ctx, zero, IC * K, n, zero.nb[1], 0),
+                                               cols.nb[1], z0 * cols.nb[1])
     for k, off, t0, t1 in spans:
         if t1 > t0:
             tap = lib.ggml_view_2d(ctx, x, IC, t1 - t0, stride * x.nb[1], (t0 * stride + off) * x.nb[1])
-            if not cpu and not lib.ggml_is_contiguous(tap):
-                # CUDA's SET takes contiguous sources only (GGML_ASSERT in set.cu); the CPU's takes strides
-                tap = lib.ggml_cont(ctx, tap)
             cols = lib.ggml_set_2d_inplace(ctx, cols, tap, cols.nb[1], k * IC * x.nb[0] + t0 * cols.nb[1])
     return cols
 

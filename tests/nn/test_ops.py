@@ -296,6 +296,33 @@ def test_flash_attention_packed_segments(run, runtime, rng, lengths):
     assert rel_err(y, want) < 3e-3
 
 
+@pytest.mark.parametrize("lengths", [(147, 125), (40, 530)])
+def test_segmented_attention_two_segments(run, runtime, rng, lengths):
+    """One request's attention as the LM builds it: a flash-attention call per segment (cond, uncond) and a concat
+    of the two results (ggml patch 0009 on CUDA writes both straight into the concat's result; Q is a node here,
+    so that the allocator may give the concat Q's memory, which the patch allows only element for element)."""
+    from types import SimpleNamespace
+
+    from omnivoice.models.lm import segmented_attention
+
+    if not runtime.supports_flash_attn(128):
+        pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")
+    T, Hq, Hkv, D = sum(lengths), 16, 8, 128
+    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
+    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    segments = [(0, lengths[0]), (lengths[0], lengths[1])]
+
+    def build(ctx, ws, q, k, v):
+        q = lib.ggml_scale(ctx, q, 1.0)  # a node, its memory free once the second attention has read it
+        return segmented_attention(ctx, SimpleNamespace(head_dim=D), q, k, v, segments, types.F16)
+
+    y = run(build, {"q": q, "k": k, "v": v})                                                  # (T, Hq * D)
+    for s, n in segments:
+        want = attention_ref(*(x[s:s + n].astype(np.float64) for x in (q, k, v)), np.zeros((n, n)), 1 / math.sqrt(D))
+        assert rel_err(y[s:s + n], want) < 3e-3, f"segment at {s} ({n} positions)"
+
+
 def test_plain_attention_on_device_operands(run, runtime, rng):
     """Q, K and V held in a device buffer, so that the products run on the runtime's device (a graph made of
     inputs only is run by the scheduler on the CPU backend): the plain path stays float32 where the backend
@@ -368,19 +395,21 @@ def test_conv1d(run, rng, stride, padding, dilation, groups, K):
     assert rel_err(y, want) < 1e-5
 
 
+@pytest.mark.parametrize("IC", [8, 5])
 @pytest.mark.parametrize("cpu", [False, True, "sets"])
 @pytest.mark.parametrize("stride,padding,dilation,K",
                          [(1, 3, 1, 7), (1, 9, 3, 7), (1, 27, 9, 7), (5, 0, 1, 10), (2, 1, 1, 4), (3, 2, 1, 6),
                           (1, 0, 1, 1), (1, 1, 1, 3), (1, 70, 1, 3)])
-def test_conv1d_channels_last(run, cpu_run, rng, stride, padding, dilation, K, cpu, monkeypatch):
-    """The DAC's layout: x [IC, T] (numpy (T, IC)), weight rows tap-major (conv_weight_cl); columns started as
-    zeros (any backend), or on the CPU written by the package's C kernel, or (builds without it, "sets") an
-    empty CPU node whose padding is zeroed (padding 70 > T: all padding)."""
+def test_conv1d_channels_last(run, cpu_run, rng, stride, padding, dilation, K, cpu, IC, monkeypatch):
+    """The DAC's layout: x [IC, T] (numpy (T, IC)), weight rows tap-major (conv_weight_cl); columns written by
+    one IM2COL node (GPU backends; on any backend), or on the CPU by the package's C kernel, or (builds without
+    it, "sets") into an empty CPU node tap by tap, its padding zeroed (padding 70 > T: all padding). IC 8 and 5:
+    rows of whole float4s or not (ggml patch 0010's row copies on CUDA)."""
     if cpu == "sets":
         from omnivoice.nn import conv
 
         monkeypatch.setattr(conv, "ops", None)
-    IC, OC, T = 8, 12, 57
+    OC, T = 12, 57
     x = rng.standard_normal((IC, T)).astype(np.float32)
     w = rng.standard_normal((OC, IC, K)).astype(np.float32)
     b = rng.standard_normal(OC).astype(np.float32)
@@ -450,30 +479,4 @@ def test_conv_transpose1d_channels_last_long_signal(run, rng):
             {"x": np.ascontiguousarray(x.T)}, {"w": nn.conv_transpose_weight_cl(conv_transpose_weight(w), OC), "b": b})
     want = conv_transpose1d_ref(x.astype(np.float64), w.astype(np.float64), b, stride, p, op)
     assert y.shape == want.T.shape
-    assert rel_err(y, want.T) < 1e-5
-
-
-def test_conv1d_channels_last_gpu_path_sets_contiguous_sources(run, rng, monkeypatch):
-    """CUDA's SET asserts a contiguous source (ggml-cuda/set.cu): the GPU path copies strided taps first. The CPU
-    accepts strided sources, so this checks every SET the GPU path builds (stride 2, as the encoder's)."""
-    import omnivoice.nn.conv as conv
-
-    real = conv.lib
-
-    class CheckedLib:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        def ggml_set_2d_inplace(self, ctx, a, b, nb1, offset):
-            assert real.ggml_is_contiguous(b), "a strided source for SET reaches the GPU path"
-            return real.ggml_set_2d_inplace(ctx, a, b, nb1, offset)
-
-    monkeypatch.setattr(conv, "lib", CheckedLib())
-    IC, OC, T, K = 8, 12, 57, 4
-    x = rng.standard_normal((IC, T)).astype(np.float32)
-    w = rng.standard_normal((OC, IC, K)).astype(np.float32)
-    b = rng.standard_normal(OC).astype(np.float32)
-    y = run(lambda ctx, ws, x: nn.conv1d_cl(ctx, x, ws["w"], ws["b"], 2, 1, 1, cpu=False),
-            {"x": np.ascontiguousarray(x.T)}, {"w": nn.conv_weight_cl(w), "b": b})
-    want = conv1d_ref(x.astype(np.float64), w.astype(np.float64), b, 2, 1, 1, 1)
     assert rel_err(y, want.T) < 1e-5

@@ -9,8 +9,12 @@
 #   3. LM step times of the three arms, two alternated rounds: auto5, clone5, auto20 (with BATCH=1 also 16 / 64
 #      packed auto5 prompts, which the kernel leaves to ggml's) (tools/lm_step_time.py, BF16; round 1 profiled),
 #   4. tools/bench.py side by side with the reference in bfloat16 (auto5, clone5, auto20), arm BENCH_ARM.
-# ARMS (default "off on one", off first) picks the arms; BENCH=0 skips step 4.
-# Results in $OUT: h200_fattn_short.log, tests-cuda.log, logits_ab.md, steps.jsonl, bench-cuda.json/.md.
+# ARMS (default "off on one", off first) picks the arms; OFF (default GGML_CUDA_DISABLE_FATTN_SHORT=1) is the
+# off arm's environment, so that the script A/Bs a later patch's switch too (0009:
+# OFF=GGML_CUDA_DISABLE_FATTN_CONCAT=1); BENCH=0 skips step 4; REQUEST_PROFILE=1 adds tools/request_profile.py
+# (a request's phases, the codec's kernels) before it.
+# Results in $OUT: h200_fattn_short.log, tests-cuda.log, logits_ab.md, steps.jsonl, bench-cuda.json/.md
+# (request_profile.json).
 #
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib7 bash tools/device/h200_fattn_short.sh   # carry .whl .devcarry/cudalib7
 set -uo pipefail
@@ -20,7 +24,7 @@ exec > >(tee -a "$OUT/h200_fattn_short.log") 2>&1
 BUDGET_S=${BUDGET_S:-570}
 source tools/device/batch_setup.sh || exit 1
 rm -f "$OUT/checkpoint.log"  # (a device call brings back eight files)
-OFF=GGML_CUDA_DISABLE_FATTN_SHORT=1
+OFF=${OFF:-GGML_CUDA_DISABLE_FATTN_SHORT=1}
 
 stamp "tests on CUDA"
 OMNIVOICE_TEST_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider -rs tests/nn/test_ops.py \
@@ -56,6 +60,11 @@ for r in 1 2; do
   done
 done
 
+if [ "${REQUEST_PROFILE:-0}" = 1 ] && (( $(left) > 100 )); then
+  stamp "a request's phases and the codec's kernels (arm BENCH_ARM)"
+  env ${ENVS[${BENCH_ARM:-one}]} timeout 120 python3 tools/request_profile.py --model "$W/gguf" --backend cuda \
+    --json "$OUT/request_profile.json" 2>&1 | grep -vE "^ {6}|UserWarning|_warn_once"
+fi
 if [ "${BENCH:-1}" = 1 ] && (( $(left) > 70 )) && [ -n "${REF_SITE:-}" ]; then
   stamp "side by side with the reference (BENCH_ARM, default one)"
   env ${ENVS[${BENCH_ARM:-one}]} timeout $(( $(left) - 10 )) python3 tools/bench.py --checkpoint "$CKPT" --gguf-dir "$W/gguf" --backend cuda \

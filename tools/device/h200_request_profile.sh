@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Where one request's time goes on the H200, in one device call: with TESTS=1 first the CUDA tests (the ops
+# against numpy, the models, the engine; a failure stops the script), then tools/request_profile.py (phases of
+# clone5, auto5, auto20; the kernels of the codec's encode and decode), the LM step of each shape with its kernel
+# table (tools/lm_step_time.py --profile), and with BENCH=1 tools/bench.py side by side with the reference in
+# bfloat16. Results in $OUT: request_profile.log, request_profile.json, steps.jsonl (tests-cuda.log,
+# bench-cuda.json/.md).
+#     CUDA_LIB_ARCHIVE=.devcarry/cudalib TESTS=1 BENCH=1 bash tools/device/h200_request_profile.sh  # carry .whl .devcarry
+set -uo pipefail
+t0=$(date +%s)
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+exec > >(tee -a "$OUT/request_profile.log") 2>&1
+BUDGET_S=${BUDGET_S:-560}
+source tools/device/batch_setup.sh || exit 1
+rm -f "$OUT/checkpoint.log"
+if [ "${TESTS:-0}" = 1 ]; then
+  stamp "tests on CUDA"
+  OMNIVOICE_TEST_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider -rs tests/nn tests/ggml \
+    tests/models tests/engine ${PYTEST_ARGS:-} > "$OUT/tests-cuda.log" 2>&1
+  tail -12 "$OUT/tests-cuda.log"
+  grep -qE "[0-9]+ (failed|error)" "$OUT/tests-cuda.log" && { stamp "tests failed: stop"; exit 1; }
+fi
+stamp "request phases and codec kernels"
+timeout 240 python3 tools/request_profile.py --model "$W/gguf" --backend cuda --cases "${CASES:-clone5,auto5,auto20}" \
+  --rounds "${ROUNDS:-5}" --json "$OUT/request_profile.json" 2>&1 | grep -vE "UserWarning|_warn_once"
+if (( $(left) > 60 )); then
+  stamp "LM steps with kernel tables"
+  timeout $(( $(left) - 10 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --quants bf16 --backend cuda \
+    --shapes "${SHAPES:-clone5,auto20}" --repeats 3 --profile 3 --json "$OUT/steps.jsonl" --label profile 2>&1 |
+    grep -vE "UserWarning|_warn_once"
+fi
+if [ "${BENCH:-0}" = 1 ] && (( $(left) > 70 )) && [ -n "${REF_SITE:-}" ]; then
+  stamp "side by side with the reference"
+  timeout $(( $(left) - 10 )) python3 tools/bench.py --checkpoint "$CKPT" --gguf-dir "$W/gguf" --backend cuda \
+    --quant bf16 --ref-python python3 --ref-pythonpath "$REF_SITE" --ref-dtype bfloat16 \
+    --cases auto5,clone5,auto20 --repeats 3 --warmup 1 --json "$OUT/bench-cuda.json" \
+    --markdown "$OUT/bench-cuda.md" 2>&1 | grep -E "^\| (auto|clone)"
+fi
+stamp "done, $(left) s left"
