@@ -15,7 +15,9 @@ os.environ.setdefault("OMNIVOICE_EXACT_F32", "1")
 
 @pytest.fixture(scope="session")
 def backend_spec() -> str:
-    return os.environ.get("OMNIVOICE_TEST_BACKEND", "cpu")
+    from tests.backend import BACKEND
+
+    return BACKEND
 
 
 @pytest.fixture(scope="session")

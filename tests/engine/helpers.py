@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from tests.backend import BACKEND
 
 
 def solo(ov, request: dict):
@@ -26,7 +26,7 @@ def assert_same_result(got, expected, what: str = "") -> None:
     for i, (a, b) in enumerate(zip(got.tokens, expected.tokens)):
         np.testing.assert_array_equal(a, b, err_msg=f"{what}: tokens of chunk {i}")
     assert got.texts == expected.texts, what
-    if os.environ.get("OMNIVOICE_TEST_BACKEND", "cpu") == "cpu":
+    if BACKEND == "cpu":
         np.testing.assert_array_equal(got.audio, expected.audio, err_msg=f"{what}: audio")
     else:
         assert got.audio.shape == expected.audio.shape, f"{what}: audio {got.audio.shape} vs {expected.audio.shape}"

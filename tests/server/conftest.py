@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from tests.backend import BACKEND
 from tests.golden_paths import GOLDEN
 
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "test-key-0123"
 REF_TEXT = "Hello world, this is me"
-BACKEND = os.environ.get("OMNIVOICE_TEST_BACKEND", "cpu")
 # One ggml thread everywhere: on a shared 2-core machine two spinning threads per process cost 10x the CPU time
 # of one (measured under load: 1.8 s against 0.1 s of CPU per request).
 

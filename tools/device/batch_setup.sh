@@ -8,11 +8,14 @@
 # h200_ggml.sh ARCHIVE=1 leaves in $OUT/cudalib) skips the build; ARCHIVE=1 leaves this build in $OUT/cudalib.
 # With RAY=1 Ray comes from .whl-ray (tools/device/ray_wheels.sh), unpacked beside the build.
 # BACKEND=cpu (with CKPT=a local checkpoint) runs the same steps on the CPU, to try the scripts anywhere.
-# Sets: W (work folder), MODEL (LM GGUF), CKPT, REF_SITE (the reference's PYTHONPATH, if its wheels came),
-# stamp (elapsed-time logger) and left (seconds left of BUDGET_S).
+# Sets: OUT (default ./gpu-out; with LOG=NAME the output is also written to $OUT/NAME), W (work folder), MODEL
+# (LM GGUF), CKPT, REF_SITE (the reference's PYTHONPATH, if its wheels came), t0, stamp (elapsed-time logger) and
+# left (seconds left of BUDGET_S).
 export PYTHONUNBUFFERED=1 NVIDIA_TF32_OVERRIDE=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+# LOG=NAME: from here on the output also goes to $OUT/NAME (the calling script's log)
+if [ -n "${LOG:-}" ]; then exec > >(tee -a "$OUT/$LOG") 2>&1; fi
 BACKEND=${BACKEND:-cuda}
 W=${BENCH_WORK:-/tmp/ovbench}; mkdir -p "$W"
 t0=${t0:-$(date +%s)}

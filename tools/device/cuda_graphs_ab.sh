@@ -7,10 +7,8 @@
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib bash tools/device/cuda_graphs_ab.sh    # carry .whl .devcarry/cudalib
 # Results: $OUT/graphs.jsonl (label graphs-on / graphs-off), $OUT/cuda_graphs_ab.log.
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/cuda_graphs_ab.log") 2>&1
-BUDGET_S=${BUDGET_S:-300} source tools/device/batch_setup.sh || exit 1
+LOG=cuda_graphs_ab.log; BUDGET_S=${BUDGET_S:-300}  # batch_setup.sh: $OUT, the log, t0, stamp, left
+source tools/device/batch_setup.sh || exit 1
 for round in 1 2; do
   for g in on off; do
     (( $(left) > 40 )) || { stamp "no time left for round $round, graphs $g"; break 2; }

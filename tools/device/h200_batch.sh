@@ -18,9 +18,7 @@
 #     bash tools/device/h200_batch.sh
 # On the CPU (to try it): BACKEND=cpu CKPT=/path/to/ckpt-tiny SIZES=1,4 STEPS=4 bash tools/device/h200_batch.sh
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/h200_batch.log") 2>&1
+LOG=h200_batch.log  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 SIZES=${SIZES:-1,4,16,64}; STEPS=${STEPS:-32}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null

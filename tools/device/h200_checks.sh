@@ -8,10 +8,7 @@
 # tools/device/prepare_carry.sh):
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib bash tools/device/h200_checks.sh
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/h200_checks.log") 2>&1
-BUDGET_S=${BUDGET_S:-560}
+LOG=h200_checks.log; BUDGET_S=${BUDGET_S:-560}  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 

@@ -17,9 +17,7 @@
 # On the CPU (to try it):
 #     BACKEND=cpu CKPT=/path/to/ckpt-tiny N=8 STEPS=4 BASE=ab-base bash tools/device/h200_engine_ab.sh
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/h200_engine_ab.log") 2>&1
+LOG=h200_engine_ab.log  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 N=${N:-64}; STEPS=${STEPS:-32}; ROUNDS=${ROUNDS:-2}; RUNS=${RUNS:-/tmp/engine_ab}; mkdir -p "$RUNS"
 if [ -n "${BASE:-}" ]; then

@@ -18,10 +18,7 @@
 #
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib7 bash tools/device/h200_fattn_short.sh   # carry .whl .devcarry/cudalib7
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/h200_fattn_short.log") 2>&1
-BUDGET_S=${BUDGET_S:-570}
+LOG=h200_fattn_short.log; BUDGET_S=${BUDGET_S:-570}  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 rm -f "$OUT/checkpoint.log"  # (a device call brings back eight files)
 OFF=${OFF:-GGML_CUDA_DISABLE_FATTN_SHORT=1}

@@ -12,10 +12,7 @@
 #
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib bash tools/device/h200_final.sh          # carry .whl .devcarry
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/h200_final.log") 2>&1
-BUDGET_S=${BUDGET_S:-570}
+LOG=h200_final.log; BUDGET_S=${BUDGET_S:-570}  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 rm -f "$OUT/checkpoint.log"  # (a device call brings back eight files)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -17,10 +17,7 @@
 #
 # On the CPU (to try it): BACKEND=cpu CKPT=/tmp/ckpt-tiny bash tools/device/h200_graph_reuse.sh
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/h200_graph_reuse.log") 2>&1
-BUDGET_S=${BUDGET_S:-570}
+LOG=h200_graph_reuse.log; BUDGET_S=${BUDGET_S:-570}  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 GGUF=$W/gguf
 

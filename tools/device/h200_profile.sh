@@ -5,9 +5,7 @@
 # host functions that cost most (tools/batch_bench.py --profile).
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib bash tools/device/h200_profile.sh     # carry .whl .devcarry
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/h200_profile.log") 2>&1
+LOG=h200_profile.log  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 BATCHES=${BATCHES:-1,4,16,64}

@@ -7,10 +7,7 @@
 # bench-cuda.json/.md).
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib TESTS=1 BENCH=1 bash tools/device/h200_request_profile.sh  # carry .whl .devcarry
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/request_profile.log") 2>&1
-BUDGET_S=${BUDGET_S:-560}
+LOG=request_profile.log; BUDGET_S=${BUDGET_S:-560}  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 rm -f "$OUT/checkpoint.log"
 if [ "${TESTS:-0}" = 1 ]; then

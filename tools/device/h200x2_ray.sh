@@ -15,10 +15,8 @@
 # EXTRA_ARGS: more batch CLI arguments for both runs (e.g. --no-warm-up: the actors start cold).
 # On the CPU (to try it): BACKEND=cpu CKPT=/path/to/ckpt-tiny N=8 STEPS=4 bash tools/device/h200x2_ray.sh
 set -uo pipefail
-t0=$(date +%s)
-OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee -a "$OUT/h200x2_ray.log") 2>&1
-RAY=1 source tools/device/batch_setup.sh || exit 1
+LOG=h200x2_ray.log; RAY=1  # batch_setup.sh: $OUT, the log, t0, stamp, left
+source tools/device/batch_setup.sh || exit 1
 
 N=${N:-64}; STEPS=${STEPS:-32}; M=$W/ray-manifest/lines.jsonl
 python3 tools/batch_bench.py --write-manifest "$M" --sizes "$N" --mix "${MIX:-multilingual}" --steps "$STEPS" ||
