@@ -224,15 +224,18 @@ def attention_ref(q, k, v, mask, scale):
     return np.einsum("hts,shd->thd", p, v).reshape(q.shape[0], -1)
 
 
+def qkv(rng, T: int, Hq: int, Hkv: int, D: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random float32 q (T, Hq, D), k and v (T, Hkv, D): ggml [D, heads, T]."""
+    return tuple(rng.standard_normal((T, H, D)).astype(np.float32) for H in (Hq, Hkv, Hkv))
+
+
 @pytest.mark.parametrize("flash,kv", [(False, None), (True, "f16"), (True, "f32")])
 def test_attention_block_mask_gqa(run, runtime, rng, flash, kv):
     kv_type = types.by_name(kv) if kv else None
     if flash and not runtime.supports_flash_attn(128, kv_type):
         pytest.skip(f"{runtime.device.spec} has no flash attention with {kv} K/V")  # plain path tested regardless
     T, Hq, Hkv, D = 20, 4, 2, 128
-    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
-    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
-    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    q, k, v = qkv(rng, T, Hq, Hkv, D)
     # two packed sequences of 13 and 7 positions, each attending only to itself (bidirectional)
     seg = np.array([0] * 13 + [1] * 7)
     mask = np.where(seg[:, None] == seg[None, :], 0.0, -np.inf).astype(np.float32)
@@ -285,9 +288,7 @@ def test_flash_attention_packed_segments(run, runtime, rng, lengths):
     if not runtime.supports_flash_attn(128):
         pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")
     T, Hq, Hkv, D = sum(lengths), 4, 2, 128
-    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
-    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
-    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    q, k, v = qkv(rng, T, Hq, Hkv, D)
     seg = np.repeat(np.arange(len(lengths)), lengths)
     mask = np.where(seg[:, None] == seg[None, :], 0.0, -np.inf)
     y = run(lambda ctx, ws, q, k, v, m: nn.attention(ctx, q, k, v, m, 0.09, True, types.F16),
@@ -308,9 +309,7 @@ def test_segmented_attention_two_segments(run, runtime, rng, lengths):
     if not runtime.supports_flash_attn(128):
         pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")
     T, Hq, Hkv, D = sum(lengths), 16, 8, 128
-    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
-    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
-    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    q, k, v = qkv(rng, T, Hq, Hkv, D)
     segments = [(0, lengths[0]), (lengths[0], lengths[1])]
 
     def build(ctx, ws, q, k, v):
@@ -328,9 +327,7 @@ def test_plain_attention_on_device_operands(run, runtime, rng):
     inputs only is run by the scheduler on the CPU backend): the plain path stays float32 where the backend
     would round a strided operand (Runtime.products_need_contiguous: ggml-vulkan rounds it to F16, 3e-4)."""
     T, Hq, Hkv, D = 23, 4, 2, 16
-    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
-    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
-    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    q, k, v = qkv(rng, T, Hq, Hkv, D)
     y = run(lambda ctx, ws, x: lib.ggml_add(ctx, x, nn.attention(
                 ctx, ws["q"], ws["k"], ws["v"], None, 0.25, False,
                 contiguous_qk=runtime.products_need_contiguous)),
@@ -344,9 +341,7 @@ def test_attention_without_mask(run, runtime, rng, flash):
     if flash and not runtime.supports_flash_attn(128):
         pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")  # plain path tested regardless
     T, Hq, Hkv, D = 11, 4, 2, 128
-    q = rng.standard_normal((T, Hq, D)).astype(np.float32)
-    k = rng.standard_normal((T, Hkv, D)).astype(np.float32)
-    v = rng.standard_normal((T, Hkv, D)).astype(np.float32)
+    q, k, v = qkv(rng, T, Hq, Hkv, D)
     y = run(lambda ctx, ws, q, k, v: nn.attention(ctx, q, k, v, None, 0.1, flash,
                                                   contiguous_qk=runtime.products_need_contiguous),
             {"q": q, "k": k, "v": v})
