@@ -165,8 +165,7 @@ class LanguageModel:
             else:
                 self._kept.setdefault(key, []).append(g)
                 self._kept.move_to_end(key)
-                count = sum(len(v) for v in self._kept.values())
-                nbytes = sum(k.nbytes for v in self._kept.values() for k in v)
+                count, nbytes = self._kept_totals()
                 while count > self.max_graphs or nbytes > self.max_graph_bytes:
                     first = next(iter(self._kept))
                     oldest = self._kept[first].pop(0)
@@ -177,17 +176,21 @@ class LanguageModel:
         for f in freed:
             f.close()
 
+    def _kept_totals(self) -> tuple[int, int]:
+        """(graphs, bytes) kept; the caller holds _kept_lock."""
+        return sum(len(v) for v in self._kept.values()), sum(g.nbytes for v in self._kept.values() for g in v)
+
     @property
     def kept_graphs(self) -> int:
         """Graphs of closed sessions kept for reuse."""
         with self._kept_lock:  # another thread's session may be closing meanwhile
-            return sum(len(v) for v in self._kept.values())
+            return self._kept_totals()[0]
 
     @property
     def kept_bytes(self) -> int:
         """Device and host memory that the kept graphs hold (compute buffers and per-chunk constants)."""
         with self._kept_lock:
-            return sum(g.nbytes for v in self._kept.values() for g in v)
+            return self._kept_totals()[1]
 
     def clear_graphs(self) -> int:
         """Free every kept graph; returns how many there were."""
