@@ -131,7 +131,8 @@ class OmniVoice:
 
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
                  n_threads: Optional[int] = None, quant: str = "auto", flash_attn: Optional[bool] = None,
-                 clamp_fp16: bool = False, exact_f32: Optional[bool] = None) -> None:
+                 clamp_fp16: bool = False, exact_f32: Optional[bool] = None,
+                 cpu_products: Optional[str] = None) -> None:
         """Load the LM, the codec and the tokenizer onto `backend` (auto, cpu, cuda, vulkan, metal[:N]).
 
         `model`: an LM GGUF, a folder of converted GGUFs, a checkpoint directory or a Hugging Face repo id (see
@@ -140,7 +141,10 @@ class OmniVoice:
         `n_threads`: CPU threads (default: the cores free for this process, see ggml.threads). `exact_f32`:
         float32 arithmetic where a GPU backend would round (Vulkan's float32 shaders, F32 K/V in attention);
         default: on when `quant` is "f32" (asking for F32 weights asks for F32 results) or OMNIVOICE_EXACT_F32=1.
-        Vulkan takes it once per process (see ggml.Runtime).
+        Vulkan takes it once per process (see ggml.Runtime). `cpu_products`: the LM's matrix products on the CPU,
+        "ggml" or "i16" (the package's int16 kernel for x86 with AVX2: F16's rounding, 1.4-1.8x ggml's F16
+        products on a 2-core Zen 3); default OMNIVOICE_CPU_PRODUCTS, else "auto": i16 for F16 and BF16 weights on
+        AVX2 CPUs without AVX-512, never for F32 (runners.lm.use_int16_products).
         """
         from .codec import load_codec
         from .ggml import Runtime
@@ -159,7 +163,8 @@ class OmniVoice:
                                else exact_f32)
         try:
             lm_path, codec_path = resolve_model(model, codec, quant, prefer=default_quant(self.runtime.device.backend))
-            self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16)
+            self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16,
+                                    cpu_products=cpu_products)
             self.codec = load_codec(codec_path, runtime=self.runtime)
             _check_pair(self.lm.metadata, self.codec.metadata, lm_path, codec_path)
             self.tokenizer = Tokenizer.from_gguf(str(lm_path))

@@ -125,6 +125,11 @@ def add_quant_option(group) -> None:
                             f"repo of GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on "
                             "CUDA, f16 on other GPUs; on the CPU by its kernels: q8_0 with AMX, bf16 with AVX-512 "
                             "BF16, f16 with AVX2 and F16C, else f32)")
+    group.add_argument("--cpu-products", choices=("auto", "ggml", "i16"), default=None,
+                       help="the LM's matrix products on the CPU: ggml's, or i16, the package's int16 kernel for "
+                            "x86 with AVX2 (F16's rounding, 1.4-1.8x ggml's F16 on AVX2 CPUs); default "
+                            "OMNIVOICE_CPU_PRODUCTS, else auto: i16 for f16 and bf16 weights on AVX2 CPUs without "
+                            "AVX-512, ggml's otherwise (f32 always)")
 
 
 def add_sampler_options(group) -> None:

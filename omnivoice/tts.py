@@ -273,7 +273,8 @@ def run(args) -> int:
     say = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr))
     t0 = time.perf_counter()
     with OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads, quant=args.quant,
-                   flash_attn=False if args.no_fa else None, clamp_fp16=args.clamp_fp16) as ov:
+                   flash_attn=False if args.no_fa else None, clamp_fp16=args.clamp_fp16,
+                   cpu_products=args.cpu_products) as ov:
         rt = ov.runtime
         say(f"model {ov.model_path.name} + {ov.codec_path.name} on {rt.device.spec} ({rt.device.description}, "
             f"{rt.n_threads} thread{'s' if rt.n_threads != 1 else ''}), loaded in {time.perf_counter() - t0:.1f}s")

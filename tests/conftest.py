@@ -52,6 +52,18 @@ def tiny_checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def k256_checkpoint(tmp_path_factory):
+    """The k256 preset, seed 0: an LM whose rows hold whole K-quant blocks (and the int16 kernel's blocks)."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("ckpt") / "k256"
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_checkpoint.py"), "--preset", "k256", "--seed", "0",
+                    "-o", str(out)], check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_gguf(tiny_checkpoint, tmp_path_factory):
     """The tiny checkpoint converted: {'f32'|'f16'|'bf16'|'q8_0': LM GGUF path, 'codec': codec GGUF path}."""
     import subprocess

@@ -395,7 +395,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--checkpoint", required=True, help="OmniVoice checkpoint directory (Hugging Face layout)")
     ap.add_argument("--backend", default="cpu",
                     help="our ggml backend: cpu, cuda, vulkan, ... (default cpu); a comma list runs each")
-    ap.add_argument("--quant", default="f32", help=f"our LM storage, a comma list of {', '.join(QUANTS)}")
+    ap.add_argument("--quant", default="f32", help=f"our LM storage, a comma list of {', '.join(QUANTS)}; "
+                    "QUANT:PRODUCTS also picks the CPU's products (auto, ggml or i16: OmniVoice's cpu_products), "
+                    "e.g. f16:ggml,f16:i16")
     ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="ours (default auto)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads of both sides (default: all cores)")
     default_ref = REPO / ".venv-ref" / "bin" / "python"
@@ -420,7 +422,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", default=None, help="write the full report here")
     ap.add_argument("--markdown", default=None, help="also write the markdown tables here")
     args = ap.parse_args(argv)
-    args.quants = _list(args.quant, QUANTS, "--quant")
+    args.quants = _list(args.quant, [f"{q}{p}" for q in QUANTS for p in ("", ":auto", ":ggml", ":i16")],
+                        "--quant")
     args.ref_dtypes = _list(args.ref_dtype, REF_DTYPES, "--ref-dtype")
     args.case_names = _list(args.cases, tuple(CASES), "--cases")
     if args.repeats < 1 or args.warmup < 0 or args.steps < 1 or args.pause < 0:
@@ -443,15 +446,16 @@ def run(args: argparse.Namespace) -> dict:
     if not ckpt.is_dir():
         raise BenchError(f"checkpoint directory not found: {ckpt}")
     gguf_dir = Path(args.gguf_dir).resolve() if args.gguf_dir else ckpt.with_name(ckpt.name + "-gguf")
-    lms = convert(ckpt, gguf_dir, args.quants)
+    lms = convert(ckpt, gguf_dir, list(dict.fromkeys(q.partition(":")[0] for q in args.quants)))
     codec = gguf_dir / "omnivoice-tokenizer-F32.gguf"
     clip = gguf_dir / "bench-clip.wav"
     clip_text = write_clip(clip)
 
     flash = {"auto": None, "on": True, "off": False}[args.flash_attn]
     specs = [(f"ours {q}" if len(args.backends) == 1 else f"ours {b} {q}", "ours", sys.executable,
-              {"model": str(lms[q]), "codec": str(codec), "backend": b, "threads": args.threads,
-               "flash_attn": flash}) for b in args.backends for q in args.quants]
+              {"model": str(lms[q.partition(":")[0]]), "codec": str(codec), "backend": b, "threads": args.threads,
+               "flash_attn": flash, "cpu_products": q.partition(":")[2] or None})
+             for b in args.backends for q in args.quants]
     if not args.no_reference:
         specs += [(f"ref {d}", "ref", args.ref_python,
                    {"checkpoint": str(ckpt), "device": args.ref_device, "dtype": d, "threads": args.threads})

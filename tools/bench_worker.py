@@ -144,7 +144,8 @@ class OursSide:
             self.mem.begin()
         t0 = time.perf_counter()
         self.ov = omnivoice.OmniVoice(model=req["model"], codec=req["codec"], backend=req["backend"],
-                                      n_threads=req["threads"], flash_attn=req.get("flash_attn"))
+                                      n_threads=req["threads"], flash_attn=req.get("flash_attn"),
+                                      cpu_products=req.get("cpu_products"))
         load_s = time.perf_counter() - t0
         if self.mem:
             self.mem.end()
@@ -152,7 +153,8 @@ class OursSide:
         rt = self.ov.runtime
         return {"load_s": load_s, "info": {
             "device": f"{rt.device.backend} {rt.device.description}", "threads": rt.n_threads,
-            "flash_attn": bool(self.ov.lm.flash_attn), "model": str(self.ov.model_path),
+            "flash_attn": bool(self.ov.lm.flash_attn), "int16_products": bool(self.ov.lm.int16_products),
+            "model": str(self.ov.model_path),
             "package": str(Path(omnivoice.__file__).parent), "python": platform.python_version()}}
 
     def _install_timers(self) -> None:
@@ -160,12 +162,13 @@ class OursSide:
         from omnivoice.runners import lm as lm_runner
 
         rec, mem = self.rec, self.mem
-        step, session = lm_runner.ChunkSession.step, lm_runner.LanguageModel.session
+        finish, session = lm_runner.ChunkSession.finish, lm_runner.LanguageModel.session
 
-        def timed_step(sess, tokens):
-            t0 = time.perf_counter()
-            out = step(sess, tokens)
-            rec.lm.append(time.perf_counter() - t0)
+        def timed_finish(sess):
+            # every step ends in finish (step is launch + finish; the pipeline calls the two halves): the
+            # session's own times of the step, prepare + launch and wait + read, not the host's work between
+            out = finish(sess)
+            rec.lm.append(sum(sess.times))
             if mem:
                 mem.sample()
             return out
@@ -176,7 +179,7 @@ class OursSide:
             rec.graph.append(time.perf_counter() - t0)
             return out
 
-        lm_runner.ChunkSession.step = timed_step
+        lm_runner.ChunkSession.finish = timed_finish
         lm_runner.LanguageModel.session = timed_session
         codec = self.ov.codec
         # encode() goes through encode_batch(), which create_voice() calls directly

@@ -2,7 +2,8 @@
 // 6 positions, 12 ymm accumulators, FMA) over weights packed once as F16 in k-major panels of 16 channels and
 // activations packed per call into panels of 6 positions, k blocked by 256 (both panels in L1): the layout that
 // reaches ~90 % of the FMA peak in BLAS libraries. One thread; compare with tools/matmul_bench.py (ggml, numpy,
-// torch) on the same shapes, and with the FMA peak that `tools/gemm_probe.c peak` measures.
+// torch) on the same shapes, and with the FMA peak that `tools/gemm_probe.c peak` measures (and VPMADDWD's, the
+// instruction of omnivoice/csrc/products.c).
 //
 //     gcc -O3 -march=native -o /tmp/gemm_probe tools/gemm_probe.c -lm
 //     /tmp/gemm_probe peak; /tmp/gemm_probe 1024 3072 270; /tmp/gemm_probe 3072 1024 270; /tmp/gemm_probe 8192 1024 246
@@ -86,6 +87,24 @@ static void peak(void) {  // 12 independent FMA chains in registers: the core's 
     float s = 0, v[8];
     for (int i = 0; i < 12; i++) { _mm256_storeu_ps(v, a[i]); s += v[0]; }
     printf("FMA peak, one thread: %.1f GFLOP/s (checksum %g)\n", 2.0 * 8 * 12 * n / t / 1e9, s);
+    /* VPMADDWD (16 int16 multiply-adds into 8 int32) and VPADDD into 8 independent sums, in assembly so that
+     * nothing is hoisted out of the loop: the rate of omnivoice/csrc/products.c's inner loop */
+    const long m = 100000000;
+    t = now();
+    for (long i = 0; i < m; i++)
+        __asm__ volatile(
+            "vpmaddwd %%ymm14, %%ymm15, %%ymm8\n vpaddd %%ymm8, %%ymm0, %%ymm0\n"
+            "vpmaddwd %%ymm14, %%ymm15, %%ymm9\n vpaddd %%ymm9, %%ymm1, %%ymm1\n"
+            "vpmaddwd %%ymm14, %%ymm15, %%ymm10\n vpaddd %%ymm10, %%ymm2, %%ymm2\n"
+            "vpmaddwd %%ymm14, %%ymm15, %%ymm11\n vpaddd %%ymm11, %%ymm3, %%ymm3\n"
+            "vpmaddwd %%ymm14, %%ymm15, %%ymm8\n vpaddd %%ymm8, %%ymm4, %%ymm4\n"
+            "vpmaddwd %%ymm14, %%ymm15, %%ymm9\n vpaddd %%ymm9, %%ymm5, %%ymm5\n"
+            "vpmaddwd %%ymm14, %%ymm15, %%ymm10\n vpaddd %%ymm10, %%ymm6, %%ymm6\n"
+            "vpmaddwd %%ymm14, %%ymm15, %%ymm11\n vpaddd %%ymm11, %%ymm7, %%ymm7\n"
+            ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11");
+    t = now() - t;
+    printf("VPMADDWD peak, one thread: %.1f G int16 multiply-adds/s (%.1f GFLOP/s equivalent)\n",
+           16.0 * 8 * m / t / 1e9, 2.0 * 16 * 8 * m / t / 1e9);
 }
 
 int main(int argc, char **argv) {

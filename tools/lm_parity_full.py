@@ -61,9 +61,10 @@ def run(args) -> list[dict]:
 
     rows = []
     with Runtime(args.backend, n_threads=args.threads) as rt:
-        for quant in args.quants.split(","):
+        for item in args.quants.split(","):
+            quant, _, products = item.partition(":")
             lm_path, _ = convert(args.checkpoint, args.gguf_dir, quant)
-            lm = LanguageModel(rt, lm_path, flash_attn=None if args.flash else False)
+            lm = LanguageModel(rt, lm_path, flash_attn=None if args.flash else False, cpu_products=products or None)
             prompt = LMInput(ids, mask, T)
             with lm.session([prompt], cfg.guidance_scale, greedy=True, with_logits=True) as s:
                 got = s.step([ids[:, -T:]])[0]["cond_logits"].astype(np.float64)
@@ -80,7 +81,7 @@ def run(args) -> list[dict]:
                 mine = dict(zip(c.positions.tolist(), c.tokens.tolist()))
                 total += len(want)
                 same += sum(1 for p, t in mine.items() if want.get(p) == t)
-            rows.append(dict(quant=quant, backend=rt.device.spec, file_mib=lm_path.stat().st_size / 2**20,
+            rows.append(dict(quant=quant + (" i16" if lm.int16_products else ""), backend=rt.device.spec, file_mib=lm_path.stat().st_size / 2**20,
                              cosine=cos, max_abs_err=err,
                              logit_scale=float(np.abs(want_logits).max()), teacher_forced=same / total,
                              ms_per_step=per_step * 1000, flash=lm.flash_attn, exact_f32=rt.exact_f32))
@@ -95,7 +96,9 @@ def main() -> int:
     p.add_argument("--ref", type=Path, required=True, help="run_reference.py generate output (.npz)")
     p.add_argument("--gguf-dir", type=Path, help="where conversions go (default CHECKPOINT-gguf)")
     p.add_argument("--backend", default="cpu")
-    p.add_argument("--quants", default="f32,f16,bf16,q8_0")
+    p.add_argument("--quants", default="f32,f16,bf16,q8_0",
+                   help="weight types; TYPE:PRODUCTS picks the CPU's products (ggml or i16, default auto: "
+                        "runners.lm.use_int16_products), e.g. f16:ggml,f16:i16")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores; 1 on a shared machine)")
     p.add_argument("--flash", action="store_true", help="use flash attention where the backend has it")
     p.add_argument("--json", type=Path)

@@ -132,7 +132,9 @@ def ggml_version() -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gguf-dir", type=Path, required=True)
-    p.add_argument("--quants", default="f32,bf16,q8_0")
+    p.add_argument("--quants", default="f32,bf16,q8_0",
+                   help="weight types; TYPE:PRODUCTS picks the CPU's products (ggml or i16, default auto: "
+                        "runners.lm.use_int16_products), e.g. f16:ggml,f16:i16")
     p.add_argument("--shapes", default="auto5,clone5",
                    help=f"comma list of {', '.join(SHAPES)} or TEXT:REF:TARGET token counts, e.g. 28:59:125")
     p.add_argument("--backend", default="cpu")
@@ -158,9 +160,11 @@ def main() -> int:
     flash = on_off[args.flash]
     with Runtime(args.backend, args.threads) as rt:
         print(f"{rt}, ggml {ggml_version()}")
-        for q in args.quants.split(","):
+        for item in args.quants.split(","):
+            q, _, products = item.partition(":")
             lm = LanguageModel(rt, args.gguf_dir / f"omnivoice-base-{q.upper()}.gguf", flash_attn=flash,
-                               stack_projections=on_off[args.stack], variant=variant)
+                               stack_projections=on_off[args.stack], variant=variant, cpu_products=products or None)
+            q += " i16" if lm.int16_products else ""
             stacked = lm.weights.layers[0].qkv is not None
             for shape, batch in [(s, int(b)) for s in args.shapes.split(",") for b in args.batch.split(",")]:
                 dims = SHAPES[shape] if shape in SHAPES else tuple(map(int, shape.split(":")))
@@ -174,7 +178,7 @@ def main() -> int:
                     parts = np.array([timed_step(s, tokens) for _ in range(args.repeats)])
                     prep, run, read, cpu = 1000 * np.median(parts, axis=0)
                     total = 1000 * np.median(parts[:, :3].sum(axis=1))
-                    print(f"{q:5s} {shape:7s} x{batch:<3d} L={s.L:6d} {total:8.2f} ms/step (prepare {prep:.2f}, run {run:.2f}, "
+                    print(f"{q:9s} {shape:7s} x{batch:<3d} L={s.L:6d} {total:8.2f} ms/step (prepare {prep:.2f}, run {run:.2f}, "
                           f"read {read:.2f}; CPU {cpu:.0f} ms; flash {'on' if lm.flash_attn else 'off'}, stacked {stacked}, "
                           f"variant {variant_name(lm.variant)}, {s.graph.n_nodes} nodes; "
                           f"session build {build_ms:.1f} ms, first steps {first_ms:.1f} / {second_ms:.1f} ms)",

@@ -12,7 +12,7 @@ median of --repeats graph runs after two warm-up runs, the graph holding nothing
 quantized weight that includes quantizing x to the dot-product type, as in the LM). `--repack` adds a row per
 type and extra buffer type of ggml's CPU backend that has a kernel for it here: CPU_REPACK (e.g. Q4_0 and Q4_K
 on AVX2, which our loader uses) and, in builds for CPUs with AMX, AMX (Q4_0, Q4_1, Q8_0 and K-quants on
-Intel's tile units). numpy and torch run in their own processes with the thread count
+Intel's tile units). Type `i16` is the package's int16 kernel (omnivoice.nn.int16, x86 with AVX2). numpy and torch run in their own processes with the thread count
 fixed before import (OPENBLAS_NUM_THREADS, torch.set_num_threads), float32 `W @ x` of the same shapes.
 
 GFLOP/s counts 2*M*K*N per product over the wall time; "per CPU-s" over the process's CPU time (all its
@@ -31,7 +31,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# numpy checks each result; its OpenBLAS threads, left spinning after that product, took a core from the next
+# shape's timing (the k/v product then ran at half speed with twice its wall time in CPU time on the 2-core Zen 3).
+# The --numpy rows run in a process of their own with their thread count.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -84,6 +88,8 @@ def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int
     from omnivoice.ggml import Graph, Runtime, ffi, lib
     from omnivoice.ggml.graph import new_context
 
+    if type_name == "i16":
+        return None if extra else time_int16(K, M, N, threads, repeats)
     ggml_type = getattr(lib, "GGML_TYPE_" + type_name.upper())
     with Runtime("cpu", threads) as rt:
         if extra and not rt.multiplies_in(extra, ggml_type, [K, M]):
@@ -101,27 +107,50 @@ def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int
                 return None
             lib.ggml_backend_buffer_set_usage(buf, lib.GGML_BACKEND_BUFFER_USAGE_WEIGHTS)
             lib.ggml_backend_tensor_set(wt, ffi.from_buffer(data), 0, data.nbytes)
-            with Graph(rt) as g:
-                x = g.input("x", np.float32, (N, K))
-                g.output("y", lib.ggml_mul_mat(g.ctx, wt, x))
-                g.allocate()
-                xv = rng.standard_normal((N, K)).astype(np.float32)
-                g.set_input("x", xv)
-                times = []
-                for i in range(repeats + 2):
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    g.compute(outputs=[])
-                    if i >= 2:
-                        times.append((time.perf_counter() - t0, time.process_time() - c0))
-                y = g.read_outputs(["y"])["y"]
-                ref = xv @ w.T
-                err = float(np.abs(y - ref).max() / np.abs(ref).max())
-                if err > 0.1:
-                    raise RuntimeError(f"ggml {type_name} product is wrong: relative error {err}")
-                return tuple(float(v) for v in np.median(times, axis=0))
+            return time_graph(rt, lambda ctx, x: lib.ggml_mul_mat(ctx, wt, x), w, N, repeats, type_name)
         finally:
             lib.ggml_backend_buffer_free(buf)
             lib.ggml_free(ctx)
+
+
+def time_int16(K: int, M: int, N: int, threads: int, repeats: int) -> tuple[float, float] | None:
+    """time_ggml for the package's int16 kernel (omnivoice.nn.int16: the weight packed at load, one custom node);
+    None where this CPU or build has none."""
+    from omnivoice.ggml import Runtime
+    from omnivoice.nn import int16
+
+    if not int16.available() or K % int16.BLOCK:
+        return None
+    w = (np.random.default_rng(0).standard_normal((M, K)) * 0.02).astype(np.float32)
+    packed = int16.PackedMatrix(w)
+    with Runtime("cpu", threads) as rt:
+        return time_graph(rt, packed.product, w, N, repeats, "i16")
+
+
+def time_graph(rt, product, w: np.ndarray, N: int, repeats: int, label: str) -> tuple[float, float]:
+    """Median (wall, process CPU) seconds of a graph holding product(ctx, x) alone, after two warm-up runs; its
+    result checked against numpy."""
+    from omnivoice.ggml import Graph
+
+    rng = np.random.default_rng(1)
+    with Graph(rt) as g:
+        x = g.input("x", np.float32, (N, w.shape[1]))
+        g.output("y", product(g.ctx, x))
+        g.allocate()
+        xv = rng.standard_normal((N, w.shape[1])).astype(np.float32)
+        g.set_input("x", xv)
+        times = []
+        for i in range(repeats + 2):
+            t0, c0 = time.perf_counter(), time.process_time()
+            g.compute(outputs=[])
+            if i >= 2:
+                times.append((time.perf_counter() - t0, time.process_time() - c0))
+        y = g.read_outputs(["y"])["y"]
+        ref = xv @ w.T
+        err = float(np.abs(y - ref).max() / np.abs(ref).max())
+        if err > 0.1:
+            raise RuntimeError(f"ggml {label} product is wrong: relative error {err}")
+        return tuple(float(v) for v in np.median(times, axis=0))
 
 
 _FOREIGN = r"""

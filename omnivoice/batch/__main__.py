@@ -265,7 +265,8 @@ def run_local(args, items, batch_size, say, on_ready=lambda: None):
     from ..engine.offline import prepare, run_batch
 
     t0 = time.perf_counter()
-    with OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads, quant=args.quant) as ov:
+    with OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads, quant=args.quant,
+                   cpu_products=args.cpu_products) as ov:
         say(f"model {ov.model_path.name} on {ov.runtime.device.spec} ({ov.runtime.device.description}), "
             f"loaded in {time.perf_counter() - t0:.1f}s")
         runnable = []

@@ -54,12 +54,13 @@ class Synthesizer:
 
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
                  quant: str = "auto", threads: Optional[int] = None, batch_size="auto",
-                 warm_up: Optional[bool] = None) -> None:
+                 warm_up: Optional[bool] = None, cpu_products: Optional[str] = None) -> None:
         from ..api import OmniVoice
         from ..engine import BatchEngine
         from ..engine.offline import warm_up as run_warm_up
 
-        self.ov = OmniVoice(model, codec, backend=backend, n_threads=threads, quant=quant)
+        self.ov = OmniVoice(model, codec, backend=backend, n_threads=threads, quant=quant,
+                            cpu_products=cpu_products)
         self.engine = BatchEngine(self.ov, max_batch=batch_size)
         if self.ov.runtime.is_gpu if warm_up is None else warm_up:
             run_warm_up(self.ov, self.engine)
@@ -155,7 +156,8 @@ def run_ray(args, items: list, say, on_ready=lambda: None) -> Iterator[tuple[Any
             options, threads, backend = {"num_gpus": 1}, args.threads, args.backend
         actor_class = ray.remote(Synthesizer).options(**options)
         actors = [actor_class.remote(args.model, args.codec, backend, args.quant, threads,
-                                     batch_size_of(args.batch_size), None if args.warm_up else False)
+                                     batch_size_of(args.batch_size), None if args.warm_up else False,
+                                     args.cpu_products)
                   for _ in range(n)]
         say("ray: " + "; ".join(ray.get([a.describe.remote() for a in actors])))
         on_ready()
@@ -203,7 +205,8 @@ class OmniVoicePredictor:
     the worker), ref_text, duration, speed, seed, num_step, guidance_scale, ...); a missing column, None or
     NaN means the default. Output: the input columns plus `audio` (float32 at `sample_rate`), `sample_rate`,
     `tokens` (int32 [8, T], the chunks joined) and `error` ("" when the row succeeded; then audio is empty).
-    Constructor arguments are those of Synthesizer (model, codec, backend, quant, threads, batch_size).
+    Constructor arguments are those of Synthesizer (model, codec, backend, quant, threads, batch_size, warm_up,
+    cpu_products).
     """
 
     def __init__(self, **kwargs) -> None:

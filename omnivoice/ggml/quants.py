@@ -52,8 +52,12 @@ def quantize(values: np.ndarray, ggml_type: int) -> np.ndarray:
 
 
 def dequantize(data: np.ndarray, ggml_type: int, n_values: int) -> np.ndarray:
-    """The type's bytes -> float32 [n_values], by ggml's own to_float (any type ggml can read)."""
+    """The type's bytes -> float32 [n_values], by ggml's own to_float (any type ggml can read; F32 is a view)."""
     raw = np.ascontiguousarray(np.asarray(data).view(np.uint8).reshape(-1))
+    if ggml_type == lib.GGML_TYPE_F32:  # ggml has no to_float for its own float
+        if raw.nbytes != 4 * n_values:
+            raise ValueError(f"dequantize: {raw.nbytes} bytes of f32 do not hold {n_values} values")
+        return raw.view(np.float32)
     traits = lib.ggml_get_type_traits(ggml_type)
     if traits.to_float == ffi.NULL:
         raise TypeError(f"ggml type {ffi.string(traits.type_name).decode()} has no conversion to float")

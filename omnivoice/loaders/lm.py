@@ -11,9 +11,10 @@ import dataclasses
 
 import numpy as np
 
-from ..ggml import Runtime, WeightStore
+from ..ggml import Runtime, WeightStore, quants
 from ..gguf import GGUFFile, keys as K, names as N
 from ..models.lm import LMConfig, LMLayer, LMWeights
+from ..nn import int16
 from .tensors import EMBEDDING, MATRIX, VECTOR, Metadata, TensorLoader, check
 
 ARCH = K.ARCH_LM
@@ -95,14 +96,40 @@ def _joint_qk_norm(f: GGUFFile, store: WeightStore, cfg: LMConfig, layer: LMLaye
     return dataclasses.replace(layer, qk_norm=store.add_array(N.layer(N.LM_ATTN_Q_NORM, i) + ".joint", joint))
 
 
+def product_matrices(cfg: LMConfig) -> list[str]:
+    """The names of the matrices the graph only ever multiplies (every layer's projections, the audio heads)."""
+    per_layer = (N.LM_ATTN_Q, N.LM_ATTN_K, N.LM_ATTN_V, N.LM_ATTN_OUT, N.LM_FFN_GATE, N.LM_FFN_UP, N.LM_FFN_DOWN)
+    return [N.layer(name, i) for i in range(cfg.n_layer) for name in per_layer] + [N.LM_AUDIO_HEADS]
+
+
+def _pack_int16(f: GGUFFile, store: WeightStore, cfg: LMConfig) -> tuple[int16.Int16Products, set[str]]:
+    """The product matrices of `f` whose rows the int16 kernel takes (nn.int16.fits), in its layout, from their
+    values in the file, and their names; the file's pages of each are released after (the graph reads the packed
+    copy). The others keep ggml's products."""
+    products, names = int16.Int16Products(), set()
+    for name in product_matrices(cfg):
+        t = f.tensor(name)
+        if not int16.fits(t.shape):
+            continue
+        K, M = (int(n) for n in t.shape)
+        products.add(store[name], quants.dequantize(t.data, t.tensor_type, K * M).reshape(M, K))
+        names.add(name)
+        f.release(t.data)
+    return products, names
+
+
 def load_weights(runtime: Runtime, f: GGUFFile, cfg: LMConfig, stack: bool = False,
-                 in_place: bool | None = None, joint_qk_norm: bool = False) -> tuple[LMWeights, WeightStore]:
+                 in_place: bool | None = None, joint_qk_norm: bool = False,
+                 int16_products: bool = False) -> tuple[LMWeights, WeightStore]:
     """Every LM tensor of `f`, checked against `cfg`, on `runtime`: (the record, the store that owns them).
 
     `stack` joins q/k/v and gate/up into one matrix each (copies of their rows); `in_place` (default: on the CPU)
     uses the file's memory map as the buffer of the other tensors instead of a copy; `joint_qk_norm` adds each
-    layer's `qk_norm` (the qk_rope graph variant).
+    layer's `qk_norm` (the qk_rope graph variant); `int16_products` (CPU runtimes, unstacked) packs every product
+    matrix for the package's int16 kernel (`LMWeights.int16`, nn.int16).
     """
+    if int16_products and (runtime.is_gpu or stack):
+        raise ValueError("int16 products run on the CPU backend, on unstacked projections")
     E, N_audio = cfg.n_embd, cfg.n_codebook * cfg.audio_vocab
     store = WeightStore(runtime, f.path, f.metadata, region=f.data)
     try:
@@ -118,9 +145,14 @@ def load_weights(runtime: Runtime, f: GGUFFile, cfg: LMConfig, stack: bool = Fal
             class_bias=store.add_array(N.LM_CLASS_BIAS, _class_bias(cfg)))
         if in_place is None:
             in_place = not runtime.is_gpu
-        # the embedding tables are read by row, which the CPU's repacked layout does not allow
+        packed: set[str] = set()
+        if int16_products:
+            products, packed = _pack_int16(f, store, cfg)
+            weights = dataclasses.replace(weights, int16=products)
+        # the embedding tables are read by row, which the CPU's repacked layout does not allow; the matrices
+        # packed for the int16 kernel are never read by the graph
         store.upload(in_place=in_place, release=f.release,
-                     repack=lambda name: name not in (N.LM_TOKEN_EMBD, N.LM_AUDIO_EMBD))
+                     repack=lambda name: name not in (N.LM_TOKEN_EMBD, N.LM_AUDIO_EMBD) and name not in packed)
     except BaseException:
         store.close()
         raise

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import nn
 from ..ggml import Tensor, lib, named, types
+
+if TYPE_CHECKING:
+    from ..nn.int16 import Int16Products
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,15 @@ class LMWeights:
     output_norm: Tensor             # [E]
     audio_heads: Tensor             # [E, N]
     class_bias: Tensor              # [audio_vocab] F32, made at load: 0, -inf at the mask id
+    int16: "Int16Products | None" = None  # the product matrices packed for the CPU's int16 kernel (nn.int16)
+
+
+def products(variant: Variant, int16: "Int16Products | None"):
+    """The graph's two product functions (variant.product, variant.attn_out_product), through the int16 kernel
+    for the matrices the loader packed for it."""
+    if int16 is None:
+        return variant.product, variant.attn_out_product
+    return int16.over(variant.product), int16.over(variant.attn_out_product)
 
 
 def embed(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask):
@@ -259,12 +272,13 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_
 
 
 def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None,
-                  variant: Variant = DEFAULT, inputs: VariantInputs = VariantInputs(), contiguous_qk: bool = False):
+                  variant: Variant = DEFAULT, inputs: VariantInputs = VariantInputs(), contiguous_qk: bool = False,
+                  int16: "Int16Products | None" = None):
     """Qwen3 decoder layer `il`: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
     prompt, or PaddedSegments (flash attention only); `flash_kv`: K/V type of flash attention, or None for the
     plain path; `variant`: see Variant; `contiguous_qk`: the plain path's Q and K made contiguous before their
-    product (Runtime.products_need_contiguous, nn.attention)."""
-    product = variant.product
+    product (Runtime.products_need_contiguous, nn.attention); `int16`: LMWeights.int16."""
+    product, attn_out_product = products(variant, int16)
     residual = x
     cur = named(nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps), "attn_norm", il)
 
@@ -288,7 +302,7 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
     else:
         cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk)
     named(cur, "kqv_out", il)                                                                # [D * H, L]
-    cur = named(variant.attn_out_product(ctx, layer.o, cur), "attn_out", il)                 # [n_embd, L]
+    cur = named(attn_out_product(ctx, layer.o, cur), "attn_out", il)                         # [n_embd, L]
     x = named(lib.ggml_add(ctx, residual, cur), "ffn_inp", il)
 
     residual = x
@@ -316,7 +330,8 @@ def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_m
     """
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask, text_mask)
     for il, layer in enumerate(w.layers):
-        x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv, variant, inputs, contiguous_qk)
+        x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv, variant, inputs, contiguous_qk,
+                          w.int16)
         if clamp_fp16:
             x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
     return named(nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps), "result_norm")
@@ -324,7 +339,7 @@ def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_m
 
 def audio_logits(ctx, w: LMWeights, cfg: LMConfig, h, variant: Variant = DEFAULT):
     """audio_heads over the given positions: h [n_embd, N] -> logits [audio_vocab, n_codebook, N]."""
-    logits = named(variant.product(ctx, w.audio_heads, h), "result_output")              # [8 * V, N]
+    logits = named(products(variant, w.int16)[0](ctx, w.audio_heads, h), "result_output")  # [8 * V, N]
     return lib.ggml_reshape_3d(ctx, logits, cfg.audio_vocab, cfg.n_codebook, h.ne[1])
 
 

@@ -25,6 +25,7 @@ from ..gguf import keys as K
 from ..gguf import open_model
 from ..loaders import lm as loader
 from ..models import lm as lm_graph
+from ..nn import int16
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,43 @@ class LMInput:
 MAX_GPU_POSITIONS = 65535
 
 
+CPU_PRODUCTS = ("auto", "ggml", "i16")
+
+
+def use_int16_products(runtime: Runtime, weight_type: int, choice: str | None = None) -> bool:
+    """Whether the LM's products run on the package's int16 kernel (nn.int16) rather than ggml's.
+
+    `choice` (default OMNIVOICE_CPU_PRODUCTS, else "auto"): "ggml", "i16" (an error where the runtime is not the
+    CPU or the CPU has no AVX2), or "auto": i16 for F16 and BF16 weights on a CPU runtime whose CPU has AVX2
+    but no AVX-512 (there ggml's float kernels are bound by 8-lane FMAs, and the int16 kernel, with F16's
+    rounding error, ran the LM's products 1.4-1.8x faster than ggml's F16 on the 2-core Zen 3: BENCHMARKS.md).
+    F32 weights keep ggml's products, the reference's own arithmetic, as does an exact_f32 runtime."""
+    choice = choice or os.environ.get("OMNIVOICE_CPU_PRODUCTS") or "auto"
+    if choice not in CPU_PRODUCTS:
+        raise ValueError(f"cpu_products must be one of {', '.join(CPU_PRODUCTS)}, got {choice!r}")
+    if choice == "ggml":
+        return False
+    if choice == "i16":
+        if runtime.is_gpu:
+            raise ValueError(f"int16 products run on the CPU backend, not {runtime.device.spec}")
+        if not int16.available():
+            raise ValueError("int16 products need an x86 CPU with AVX2 and FMA, and a build with the package's "
+                             "kernels (libomnivoice-ops)")
+        return True
+    if runtime.is_gpu or runtime.exact_f32 or weight_type not in (types.F16, types.BF16) or not int16.available():
+        return False
+    from ..ggml.backend import cpu_features
+
+    return "AVX512" not in cpu_features()
+
+
 class LanguageModel:
     """OmniVoice's LM loaded from an `omnivoice-lm` GGUF onto a runtime."""
 
     def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None, clamp_fp16: bool = False,
                  stack_projections: bool | None = None, variant: lm_graph.Variant | None = None,
                  padded_attention: bool | None = None, max_graphs: int | None = None,
-                 max_graph_bytes: int | None = None) -> None:
+                 max_graph_bytes: int | None = None, cpu_products: str | None = None) -> None:
         """`stack_projections` (default: on GPUs) loads q/k/v and gate/up as one matrix each; the CPU
         otherwise computes on the file's memory map in place, which stacking would have to copy.
         `variant`: another composition of the graph (models.lm.Variant; qk_rope stacks the projections);
@@ -70,7 +101,8 @@ class LanguageModel:
         per layer instead of one per segment; the CPU keeps one call per segment, exact per request.
         `max_graphs` and `max_graph_bytes`: how many closed sessions' graphs are kept, and how much compute memory
         they may hold together, for the next session of the same shape (default 8 graphs within 512 MiB on GPUs,
-        none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused)."""
+        none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused).
+        `cpu_products`: auto, ggml or i16 (see use_int16_products)."""
         self.runtime = runtime
         f = open_model(path, loader.ARCH)
         self.cfg = loader.read_config(f)
@@ -89,8 +121,14 @@ class LanguageModel:
         if variant.qk_rope and not stack_projections:
             raise ValueError("the qk_rope graph variant needs stacked projections")
         self.variant = variant
+        first = loader.product_matrices(self.cfg)[0]  # a missing one is the loader's error to report
+        weight_type = next((t.tensor_type for t in f.tensors if t.name == first), None)
+        self.int16_products = use_int16_products(runtime, weight_type, cpu_products)
+        if self.int16_products and stack_projections:
+            raise ValueError("int16 products take unstacked projections")
         self.weights, self.store = loader.load_weights(runtime, f, self.cfg, stack=stack_projections,
-                                                       joint_qk_norm=variant.qk_rope)
+                                                       joint_qk_norm=variant.qk_rope,
+                                                       int16_products=self.int16_products)
         # Flash attention keeps K/V in F16 on GPUs (their kernels take that and accumulate in F32); the CPU
         # kernel takes F32 K/V and then accumulates in F32 too (with F16 K/V it accumulates V in F16, 1e-2 off
         # in the logits), 2.6x faster than the plain path at 346 positions and float32-exact. A runtime asked

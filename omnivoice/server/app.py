@@ -37,6 +37,7 @@ class ServerConfig:
     codec: Optional[str] = None
     backend: str = "auto"
     quant: str = "auto"
+    cpu_products: Optional[str] = None
     threads: Optional[int] = None
     voices: Path = field(default_factory=lambda: Path("voices"))
     api_key: Optional[str] = None
@@ -75,7 +76,7 @@ def default_loader(config: ServerConfig):
 
     return load_backend(config.model, config.codec, backend=config.backend, quant=config.quant,
                         threads=config.threads, max_batch=config.max_batch, max_wait_ms=config.max_wait_ms,
-                        max_queue=config.max_queue)
+                        max_queue=config.max_queue, cpu_products=config.cpu_products)
 
 
 def create_app(config: ServerConfig, loader: Optional[Callable] = None,

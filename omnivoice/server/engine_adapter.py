@@ -59,11 +59,11 @@ class SpeechBackend:
 
 def load_backend(model: Optional[str], codec: Optional[str] = None, backend: str = "auto",
                  quant: str = "auto", threads: Optional[int] = None, max_batch: Union[str, int] = "auto",
-                 max_wait_ms: float = 10.0, max_queue: int = 64) -> SpeechBackend:
+                 max_wait_ms: float = 10.0, max_queue: int = 64, cpu_products: Optional[str] = None) -> SpeechBackend:
     """Load the model (slow: call it off the event loop) and start the engine."""
     from ..api import OmniVoice
 
-    ov = OmniVoice(model, codec, backend=backend, n_threads=threads, quant=quant)
+    ov = OmniVoice(model, codec, backend=backend, n_threads=threads, quant=quant, cpu_products=cpu_products)
     try:
         return SpeechBackend(ov, max_batch, max_wait_ms, max_queue)
     except BaseException:

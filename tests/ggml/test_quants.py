@@ -50,6 +50,14 @@ def test_refusals(weights):
         quants.quantize(weights, ggml_type("IQ2_XXS"))
     with pytest.raises(ValueError, match="do not hold"):
         quants.dequantize(np.zeros(10, np.uint8), ggml_type("Q4_K"), 256)
+    with pytest.raises(ValueError, match="do not hold"):
+        quants.dequantize(weights, ggml_type("F32"), weights.size - 1)
+
+
+def test_dequantize_f32_gives_its_values(weights):
+    """F32, which has no to_float in ggml, reads as itself (the int16 loader packs F32 files too)."""
+    np.testing.assert_array_equal(quants.dequantize(weights.view(np.uint8), ggml_type("F32"), weights.size),
+                                  weights.ravel())
 
 
 @pytest.mark.parametrize("name", K_TYPES + ("Q8_0", "BF16", "F16"))

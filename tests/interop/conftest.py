@@ -50,13 +50,6 @@ def cpp_tiny(cpp_layout, tiny_checkpoint, tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def k256_checkpoint(tmp_path_factory) -> Path:
-    """The k256 preset (an LM whose rows hold whole K-quant blocks), seed 0."""
-    make = load_tool("make_checkpoint")
-    return make.make_checkpoint(tmp_path_factory.mktemp("ckpt") / "k256", "k256", 0)
-
-
-@pytest.fixture(scope="session")
 def k256_ours(k256_checkpoint, tmp_path_factory) -> dict[str, Path]:
     """Our files of the k256 checkpoint: 'f32', 'q4_k_m' (base), 'codec'."""
     from omnivoice.convert import convert_checkpoint

@@ -1,0 +1,101 @@
+"""The int16 product kernel (omnivoice/csrc/products.c, omnivoice.nn.int16) against float64 numpy, and against
+its own quantization done in numpy: the kernel's sums of integer products must be exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omnivoice.ggml import lib
+from omnivoice.nn import int16
+
+pytestmark = pytest.mark.skipif(not int16.available(), reason="no AVX2 int16 kernel on this CPU or build")
+
+
+def quantized(a: np.ndarray, qmax: int) -> np.ndarray:
+    """numpy's copy of the kernel's rounding: per row and block, q = round(a / (amax / qmax))."""
+    blocks = a.reshape(a.shape[0], -1, int16.BLOCK).astype(np.float32)
+    scale = np.abs(blocks).max(axis=-1, keepdims=True) / np.float32(qmax)
+    q = np.rint(blocks * np.where(scale > 0, np.float32(1) / scale, 0).astype(np.float32))
+    return (q * scale).reshape(a.shape)
+
+
+def product(run, w: np.ndarray, x: np.ndarray, threads_runner=None) -> np.ndarray:
+    packed = int16.PackedMatrix(w)
+    return (threads_runner or run)(lambda ctx, ws, x: packed.product(ctx, x), {"x": x})
+
+
+# M: panels of 16 rows, one partial (8200 = the audio heads' rows); N: groups of 6 columns, one partial
+@pytest.mark.parametrize("M,K,N", [(48, 256, 6), (40, 512, 7), (8200 // 25, 1024, 13), (16, 3072, 1)])
+def test_product_matches_its_quantization(cpu_run, rng, M, K, N):
+    w = rng.standard_normal((M, K)).astype(np.float32) * 0.05
+    x = rng.standard_normal((N, K)).astype(np.float32) * 3
+    y = product(cpu_run, w, x).reshape(N, M)  # the runner drops a trailing dimension of 1
+    # the same quantized operands multiplied in float64: only the float sums of the blocks differ
+    want = quantized(x, int16.X_LEVELS).astype(np.float64) @ quantized(w, int16.W_LEVELS).astype(np.float64).T
+    assert np.max(np.abs(y - want)) <= 2e-6 * np.max(np.abs(want))
+    # and the error against the float product is that of F16 operands
+    exact = x.astype(np.float64) @ w.astype(np.float64).T
+    f16 = x.astype(np.float16).astype(np.float64) @ w.astype(np.float16).astype(np.float64).T
+    rms = lambda e: float(np.sqrt(np.mean(e ** 2)))  # noqa: E731
+    assert rms(y - exact) < 2 * rms(f16 - exact)
+
+
+def test_extremes_do_not_overflow(cpu_run, rng):
+    """Every product at its largest magnitude and sign: a block's int32 sum stays exact (128 * 4095 * 4095)."""
+    K = 512
+    w = np.full((16, K), -7.0, np.float32)
+    x = np.full((6, K), -3.0, np.float32)
+    x[:, 1::2] = 3.0
+    w[:, 1::2] = 7.0
+    y = product(cpu_run, w, x)
+    np.testing.assert_allclose(y, np.full((6, 16), 21.0 * K), rtol=1e-6)
+
+
+def test_zero_and_nan_columns(cpu_run, rng):
+    """A zero block, or one too small to scale, quantizes to zeros; a NaN in a column makes its outputs NaN, as a
+    float product would, and leaves the other columns alone."""
+    w = rng.standard_normal((32, 512)).astype(np.float32)
+    x = rng.standard_normal((4, 512)).astype(np.float32)
+    x[1] = 0
+    x[1, 200:210] = 1e-42  # a block of subnormals: 1 / its scale would overflow
+    x[2, 300] = np.nan
+    x[3, 10] = np.inf
+    y = product(cpu_run, w, x)
+    assert np.all(y[1] == 0)
+    assert np.all(np.isnan(y[2])) and np.all(np.isnan(y[3]))
+    assert np.all(np.isfinite(y[0]))
+
+
+def test_threads_split_columns(one_thread_cpu_run, cpu_run, rng):
+    """One thread and several give the same bits (each column's sums are the same, whoever computes them)."""
+    w = rng.standard_normal((64, 1024)).astype(np.float32)
+    x = rng.standard_normal((37, 1024)).astype(np.float32)
+    np.testing.assert_array_equal(product(None, w, x, one_thread_cpu_run), product(cpu_run, w, x))
+
+
+def test_products_fall_back(cpu_run, rng):
+    """Int16Products.over keeps the base product for weights it did not pack and for inputs it cannot take."""
+    from omnivoice.ggml import WeightStore
+
+    w = rng.standard_normal((32, 256)).astype(np.float32)
+    other = rng.standard_normal((32, 256)).astype(np.float32)
+    x = rng.standard_normal((5, 256)).astype(np.float32)
+    store = WeightStore.from_arrays(cpu_run.runtime, {"w": w, "other": other})
+    try:
+        products = int16.Int16Products()
+        products.add(store["w"], w)
+        assert len(products) == 1 and products.nbytes == 32 * 256 * 2 + 32 * (256 // int16.BLOCK) * 4
+        product = products.over(lib.ggml_mul_mat)
+        y_w, y_other = cpu_run(lambda ctx, ws, x: (product(ctx, store["w"], x), product(ctx, store["other"], x)),
+                               {"x": x}, outputs=("w", "other"))
+    finally:
+        store.close()
+    want = x @ w.T
+    assert 0 < np.max(np.abs(y_w - want)) < 2e-3 * np.max(np.abs(want))  # the kernel: quantized
+    np.testing.assert_allclose(y_other, x @ other.T, rtol=1e-5, atol=1e-5)  # ggml's F32 product
+
+
+def test_pack_refuses_other_shapes():
+    with pytest.raises(ValueError, match=f"multiple of {int16.BLOCK}"):
+        int16.PackedMatrix(np.zeros((16, 100), np.float32))
