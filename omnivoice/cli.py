@@ -127,9 +127,9 @@ def add_quant_option(group) -> None:
                             "BF16, f16 with AVX2 and F16C, else f32)")
     group.add_argument("--cpu-products", choices=("auto", "ggml", "i16"), default=None,
                        help="the LM's matrix products on the CPU: ggml's, or i16, the package's int16 kernel for "
-                            "x86 with AVX2 (F16's rounding, 1.4-1.8x ggml's F16 on AVX2 CPUs); default "
-                            "OMNIVOICE_CPU_PRODUCTS, else auto: i16 for f16 and bf16 weights on AVX2 CPUs without "
-                            "AVX-512, ggml's otherwise (f32 always)")
+                            "x86 with AVX2 (F16's rounding, 1.4-1.8x ggml's products on AVX2 CPUs; 2 bytes a "
+                            "weight in memory); default OMNIVOICE_CPU_PRODUCTS, else auto: i16 for every weight "
+                            "type but f32 on AVX2 CPUs without AVX-512, ggml's otherwise")
 
 
 def add_sampler_options(group) -> None:

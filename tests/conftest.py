@@ -39,28 +39,27 @@ def rng(request) -> np.random.Generator:
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory):
-    """The tiny random-weight checkpoint in the Hugging Face layout (seed 0: what the goldens were made from)."""
+def _make_checkpoint(tmp_path_factory, preset: str):
+    """tools/make_checkpoint.py's `preset`, seed 0, in the Hugging Face layout."""
     import subprocess
     import sys
 
-    out = tmp_path_factory.mktemp("ckpt") / "tiny"
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_checkpoint.py"), "--preset", "tiny", "--seed", "0",
+    out = tmp_path_factory.mktemp("ckpt") / preset
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_checkpoint.py"), "--preset", preset, "--seed", "0",
                     "-o", str(out)], check=True, capture_output=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """The tiny random-weight checkpoint in the Hugging Face layout (seed 0: what the goldens were made from)."""
+    return _make_checkpoint(tmp_path_factory, "tiny")
 
 
 @pytest.fixture(scope="session")
 def k256_checkpoint(tmp_path_factory):
     """The k256 preset, seed 0: an LM whose rows hold whole K-quant blocks (and the int16 kernel's blocks)."""
-    import subprocess
-    import sys
-
-    out = tmp_path_factory.mktemp("ckpt") / "k256"
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_checkpoint.py"), "--preset", "k256", "--seed", "0",
-                    "-o", str(out)], check=True, capture_output=True)
-    return out
+    return _make_checkpoint(tmp_path_factory, "k256")
 
 
 @pytest.fixture(scope="session")

@@ -60,10 +60,13 @@ def use_int16_products(runtime: Runtime, weight_type: int, choice: str | None = 
     """Whether the LM's products run on the package's int16 kernel (nn.int16) rather than ggml's.
 
     `choice` (default OMNIVOICE_CPU_PRODUCTS, else "auto"): "ggml", "i16" (an error where the runtime is not the
-    CPU or the CPU has no AVX2), or "auto": i16 for F16 and BF16 weights on a CPU runtime whose CPU has AVX2
-    but no AVX-512 (there ggml's float kernels are bound by 8-lane FMAs, and the int16 kernel, with F16's
-    rounding error, ran the LM's products 1.4-1.8x faster than ggml's F16 on the 2-core Zen 3: BENCHMARKS.md).
-    F32 weights keep ggml's products, the reference's own arithmetic, as does an exact_f32 runtime."""
+    CPU or the CPU has no AVX2), or "auto": i16 for every weight type but F32 on a CPU runtime whose CPU has
+    AVX2 but no AVX-512. There ggml's kernels are bound by 8-lane FMAs (or, for Q8_0 and the K-quants, integer
+    dot products no faster), and the int16 kernel, with F16's rounding error, ran the LM step 1.4-1.8x faster
+    than ggml's F16, Q8_0 and Q4_K_M products on the 2-core Zen 3, agreeing with float32 as F16 does and better
+    than ggml's Q8_0 (whose products round the activations to 8 bits): BENCHMARKS.md. The packed matrices take
+    2 bytes a weight, more than a Q8_0 or K-quant file's. F32 weights keep ggml's products, the reference's own
+    arithmetic, as does an exact_f32 runtime."""
     choice = choice or os.environ.get("OMNIVOICE_CPU_PRODUCTS") or "auto"
     if choice not in CPU_PRODUCTS:
         raise ValueError(f"cpu_products must be one of {', '.join(CPU_PRODUCTS)}, got {choice!r}")
@@ -76,7 +79,7 @@ def use_int16_products(runtime: Runtime, weight_type: int, choice: str | None = 
             raise ValueError("int16 products need an x86 CPU with AVX2 and FMA, and a build with the package's "
                              "kernels (libomnivoice-ops)")
         return True
-    if runtime.is_gpu or runtime.exact_f32 or weight_type not in (types.F16, types.BF16) or not int16.available():
+    if runtime.is_gpu or runtime.exact_f32 or weight_type in (None, types.F32) or not int16.available():
         return False
     from ..ggml.backend import cpu_features
 

@@ -50,7 +50,7 @@ def test_int16_logits_are_as_close_as_f16s(k256_gguf):
 
 
 def test_the_rule_that_picks_int16_products(monkeypatch):
-    """auto: i16 for F16/BF16 weights on a CPU runtime with AVX2 and no AVX-512, never for F32 or exact_f32;
+    """auto: i16 for every weight type but F32 on a CPU runtime with AVX2 and no AVX-512, never for exact_f32;
     an explicit choice wins, and i16 where it cannot run is an error."""
     from omnivoice.ggml import backend
 
@@ -59,9 +59,8 @@ def test_the_rule_that_picks_int16_products(monkeypatch):
     cpu = SimpleNamespace(is_gpu=False, exact_f32=False, device=SimpleNamespace(spec="cpu:0"))
     gpu = SimpleNamespace(is_gpu=True, exact_f32=False, device=SimpleNamespace(spec="cuda:0"))
     monkeypatch.setattr(backend, "cpu_features", lambda: frozenset({"AVX2", "FMA", "F16C"}))
-    assert use_int16_products(cpu, types.F16) and use_int16_products(cpu, types.BF16)
+    assert all(use_int16_products(cpu, t) for t in (types.F16, types.BF16, types.Q8_0, types.Q4_0))
     assert not use_int16_products(cpu, types.F32)
-    assert not use_int16_products(cpu, types.Q8_0)
     assert not use_int16_products(SimpleNamespace(**(vars(cpu) | {"exact_f32": True})), types.F16)
     assert not use_int16_products(gpu, types.F16)
     assert use_int16_products(cpu, types.F32, "i16") and not use_int16_products(cpu, types.F16, "ggml")
