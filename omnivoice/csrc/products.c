@@ -168,10 +168,12 @@ TARGET static void kernel_6x16(const int16_t * w, const float * ws, const int32_
     }
 }
 
-/* The thread's buffer for its packed columns, grown as needed and kept for the thread's life (ggml's CPU threads
- * are long-lived; a product of 272 columns and K = 3072 packs 0.8 MiB, 0.4 MiB a thread of two). */
+/* The thread's buffer for its packed columns, grown as needed and kept for the next product (ggml's CPU threads
+ * are long-lived; a 5 s request's product of 272 columns and K = 3072 packs 0.8 MiB, 0.4 MiB a thread of two),
+ * unless larger than KEEP_BYTES: a batch of 64 requests would otherwise pin tens of MiB a thread for good. */
 static _Thread_local void * columns_buf;
 static _Thread_local size_t columns_cap;
+#define KEEP_BYTES ((size_t) 16 << 20)
 
 /* dst [M, N] = W x for x [K, N] F32 (src[0], rows contiguous), W the packed weight of `userdata`
  * (struct omnivoice_i16_weight): a ggml_custom_4d node. Thread ith of nth takes groups of 6 columns. */
@@ -218,6 +220,11 @@ TARGET void omnivoice_i16_mul_mat(struct ggml_tensor * dst, int ith, int nth, vo
                 memcpy((char *) dst->data + (g * NR + t) * dst->nb[1] + p * MR * sizeof(float), c + t * MR,
                        rows * sizeof(float));
         }
+    }
+    if (columns_cap > KEEP_BYTES) {
+        free(columns_buf);
+        columns_buf = NULL;
+        columns_cap = 0;
     }
 }
 
