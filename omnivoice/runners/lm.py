@@ -56,7 +56,8 @@ MAX_GPU_POSITIONS = 65535
 CPU_PRODUCTS = ("auto", "ggml", "i16")
 
 
-def use_int16_products(runtime: Runtime, weight_type: int, choice: str | None = None) -> bool:
+def use_int16_products(runtime: Runtime, weight_type: int | None, choice: str | None = None,
+                       stacked: bool = False) -> bool:
     """Whether the LM's products run on the package's int16 kernel (nn.int16) rather than ggml's.
 
     `choice` (default OMNIVOICE_CPU_PRODUCTS, else "auto"): "ggml", "i16" (an error where the runtime is not the
@@ -66,7 +67,8 @@ def use_int16_products(runtime: Runtime, weight_type: int, choice: str | None = 
     than ggml's F16, Q8_0 and Q4_K_M products on the 2-core Zen 3, agreeing with float32 as F16 does and better
     than ggml's Q8_0 (whose products round the activations to 8 bits): BENCHMARKS.md. The packed matrices take
     2 bytes a weight, more than a Q8_0 or K-quant file's. F32 weights keep ggml's products, the reference's own
-    arithmetic, as does an exact_f32 runtime."""
+    arithmetic, as do an exact_f32 runtime and `stacked` projections (the qk_rope variant; i16 is then an
+    error)."""
     choice = choice or os.environ.get("OMNIVOICE_CPU_PRODUCTS") or "auto"
     if choice not in CPU_PRODUCTS:
         raise ValueError(f"cpu_products must be one of {', '.join(CPU_PRODUCTS)}, got {choice!r}")
@@ -78,8 +80,11 @@ def use_int16_products(runtime: Runtime, weight_type: int, choice: str | None = 
         if not int16.available():
             raise ValueError("int16 products need an x86 CPU with AVX2 and FMA, and a build with the package's "
                              "kernels (libomnivoice-ops)")
+        if stacked:
+            raise ValueError("int16 products take unstacked projections (not the qk_rope graph variant)")
         return True
-    if runtime.is_gpu or runtime.exact_f32 or weight_type in (None, types.F32) or not int16.available():
+    if (runtime.is_gpu or runtime.exact_f32 or stacked or weight_type in (None, types.F32)
+            or not int16.available()):
         return False
     from ..ggml.backend import cpu_features
 
@@ -126,9 +131,7 @@ class LanguageModel:
         self.variant = variant
         first = loader.product_matrices(self.cfg)[0]  # a missing one is the loader's error to report
         weight_type = next((t.tensor_type for t in f.tensors if t.name == first), None)
-        self.int16_products = use_int16_products(runtime, weight_type, cpu_products)
-        if self.int16_products and stack_projections:
-            raise ValueError("int16 products take unstacked projections")
+        self.int16_products = use_int16_products(runtime, weight_type, cpu_products, stack_projections)
         self.weights, self.store = loader.load_weights(runtime, f, self.cfg, stack=stack_projections,
                                                        joint_qk_norm=variant.qk_rope,
                                                        int16_products=self.int16_products)

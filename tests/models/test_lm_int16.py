@@ -63,6 +63,9 @@ def test_the_rule_that_picks_int16_products(monkeypatch):
     assert not use_int16_products(cpu, types.F32)
     assert not use_int16_products(SimpleNamespace(**(vars(cpu) | {"exact_f32": True})), types.F16)
     assert not use_int16_products(gpu, types.F16)
+    assert not use_int16_products(cpu, types.F16, stacked=True)
+    with pytest.raises(ValueError, match="unstacked"):
+        use_int16_products(cpu, types.F16, "i16", stacked=True)
     assert use_int16_products(cpu, types.F32, "i16") and not use_int16_products(cpu, types.F16, "ggml")
     monkeypatch.setenv("OMNIVOICE_CPU_PRODUCTS", "ggml")
     assert not use_int16_products(cpu, types.F16)
