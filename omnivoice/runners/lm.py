@@ -131,10 +131,11 @@ class LanguageModel:
         self.variant = variant
         first = loader.product_matrices(self.cfg)[0]  # a missing one is the loader's error to report
         weight_type = next((t.tensor_type for t in f.tensors if t.name == first), None)
-        self.int16_products = use_int16_products(runtime, weight_type, cpu_products, stack_projections)
+        int16_products = use_int16_products(runtime, weight_type, cpu_products, stack_projections)
         self.weights, self.store = loader.load_weights(runtime, f, self.cfg, stack=stack_projections,
-                                                       joint_qk_norm=variant.qk_rope,
-                                                       int16_products=self.int16_products)
+                                                       joint_qk_norm=variant.qk_rope, int16_products=int16_products)
+        # whether any product runs on the int16 kernel (a matrix whose rows do not split into its blocks keeps ggml's)
+        self.int16_products = bool(self.weights.int16)
         # Flash attention keeps K/V in F16 on GPUs (their kernels take that and accumulate in F32); the CPU
         # kernel takes F32 K/V and then accumulates in F32 too (with F16 K/V it accumulates V in F16, 1e-2 off
         # in the logits), 2.6x faster than the plain path at 346 positions and float32-exact. A runtime asked

@@ -18,7 +18,8 @@
 # CPU_LIB_DIR (an existing build instead of compiling), REF_PYTHON (an interpreter with the reference), and
 # $W/site/.done made by hand where the interpreter already has our dependencies. PARITY=1: see 3b.
 # PART=matmul: after the build, only tools/matmul_bench.py (MATMUL_THREADS 16,2; MATMUL_TYPES
-# f32,f16,bf16,q8_0,q4_k) against numpy and torch.
+# i16,f32,f16,bf16,q8_0,q4_k) against numpy and torch. QUANTS items may name the products, e.g.
+# QUANTS=f32,f16:i16,f16:ggml,q8_0 (AVX-512 hosts default to ggml's; the int16 kernel is AVX2).
 # PART=batch: after the conversions, only the LM step of 1, 2 and 4 packed prompts (BATCH_THREADS, 16).
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
@@ -68,7 +69,7 @@ print('extra buffer types', list(rt.extra_buffer_types),
 if [ "${PART:-bench}" = matmul ]; then  # the products alone, by weight type, against numpy and torch
   log "matmul_bench at ${MATMUL_THREADS:-16,2} threads"
   timeout $(( $(left) - 5 )) python3 tools/matmul_bench.py --shapes down,gate,heads \
-    --types "${MATMUL_TYPES:-f32,f16,bf16,q8_0,q4_k}" --threads "${MATMUL_THREADS:-16,2}" --repack --numpy \
+    --types "${MATMUL_TYPES:-i16,f32,f16,bf16,q8_0,q4_k}" --threads "${MATMUL_THREADS:-16,2}" --repack --numpy \
     --torch python3 --json "$OUT/xeon-matmul.jsonl" 2>&1 |
     tee "$OUT/xeon-matmul.md"
   exit 0
@@ -78,7 +79,8 @@ wait $ckpt_pid || { tail -20 "$OUT/checkpoint.log"; exit 1; }
 # 3. Conversions (once per type, into $W/gguf-cpu: a CUDA run's conversions elsewhere stay valid).
 log "convert $QUANTS"
 python3 -c "import sys; sys.path.insert(0, 'tools'); import bench, pathlib;
-bench.convert(pathlib.Path('$W/ckpt'), pathlib.Path('$W/gguf-cpu'), '$QUANTS'.split(','))" > "$OUT/convert.log" 2>&1 ||
+bench.convert(pathlib.Path('$W/ckpt'), pathlib.Path('$W/gguf-cpu'),
+              list(dict.fromkeys(q.partition(':')[0] for q in '$QUANTS'.split(','))))" > "$OUT/convert.log" 2>&1 ||
   { tail -20 "$OUT/convert.log"; exit 1; }
 
 if [ "${PART:-bench}" = batch ]; then  # does packing requests pay on this many-core CPU? (the server's batch size)
