@@ -81,7 +81,8 @@ def run(args) -> list[dict]:
                 mine = dict(zip(c.positions.tolist(), c.tokens.tolist()))
                 total += len(want)
                 same += sum(1 for p, t in mine.items() if want.get(p) == t)
-            rows.append(dict(quant=quant + (" i16" if lm.int16_products else ""), backend=rt.device.spec, file_mib=lm_path.stat().st_size / 2**20,
+            rows.append(dict(quant=quant + (" i16" if lm.int16_products else ""), backend=rt.device.spec,
+                             file_mib=lm_path.stat().st_size / 2**20,
                              cosine=cos, max_abs_err=err,
                              logit_scale=float(np.abs(want_logits).max()), teacher_forced=same / total,
                              ms_per_step=per_step * 1000, flash=lm.flash_attn, exact_f32=rt.exact_f32))

@@ -12,8 +12,9 @@ median of --repeats graph runs after two warm-up runs, the graph holding nothing
 quantized weight that includes quantizing x to the dot-product type, as in the LM). `--repack` adds a row per
 type and extra buffer type of ggml's CPU backend that has a kernel for it here: CPU_REPACK (e.g. Q4_0 and Q4_K
 on AVX2, which our loader uses) and, in builds for CPUs with AMX, AMX (Q4_0, Q4_1, Q8_0 and K-quants on
-Intel's tile units). Type `i16` is the package's int16 kernel (omnivoice.nn.int16, x86 with AVX2). numpy and torch run in their own processes with the thread count
-fixed before import (OPENBLAS_NUM_THREADS, torch.set_num_threads), float32 `W @ x` of the same shapes.
+Intel's tile units). Type `i16` is the package's int16 kernel (omnivoice.nn.int16, x86 with AVX2). numpy and
+torch run in their own processes with the thread count fixed before import (OPENBLAS_NUM_THREADS,
+torch.set_num_threads), float32 `W @ x` of the same shapes.
 
 GFLOP/s counts 2*M*K*N per product over the wall time; "per CPU-s" over the process's CPU time (all its
 threads), which a busy machine disturbs less: on one thread it is the kernel's own rate. On a shared machine

@@ -71,7 +71,8 @@ def config_from_args(args):
     if args.voices.exists() and not args.voices.is_dir():
         raise ValueError(f"--voices {args.voices}: not a folder")
     return ServerConfig(model=args.model, codec=args.codec, backend=args.backend, quant=args.quant,
-                        cpu_products=args.cpu_products, threads=args.threads, voices=args.voices, api_key=args.api_key, max_batch=args.max_batch,
+                        cpu_products=args.cpu_products, threads=args.threads, voices=args.voices,
+                        api_key=args.api_key, max_batch=args.max_batch,
                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                         max_upload_bytes=int(args.max_upload_mb * 2**20), max_input_chars=args.max_input_chars)
 
