@@ -62,3 +62,34 @@ void omnivoice_conv_columns(struct ggml_tensor * dst, int ith, int nth, void * u
         }
     }
 }
+
+/* RMSNorm over ne0 times its weight, y = (x * scale) * w with scale = 1 / sqrt(mean(x^2) + eps), one row per
+ * step: ggml's RMS_NORM and MUL nodes as one (ggml_map_custom2: x any strides, w [C] F32, dst contiguous;
+ * userdata: the float eps). The same operations as ggml's CPU kernels in the same order (float squares summed
+ * in double, the mean rounded to float, x * scale then * w), but the sum in vector lanes where ggml's is one
+ * scalar chain: on the 2-core Zen 3 the two nodes took 110 ms of a 1.7 s LM step. */
+void omnivoice_rms_norm_rows(struct ggml_tensor * dst, const struct ggml_tensor * x, const struct ggml_tensor * w,
+                             int ith, int nth, void * userdata) {
+    const float eps = *(const float *) userdata;
+    const int64_t C = x->ne[0], n1 = x->ne[1], n2 = x->ne[2], n3 = x->ne[3];
+    const int64_t rows = n1 * n2 * n3;
+    const int64_t r0 = rows * ith / nth, r1 = rows * (ith + 1) / nth;
+    const float * restrict wv = (const float *) w->data;
+    for (int64_t r = r0; r < r1; r++) {
+        const int64_t i1 = r % n1, i2 = (r / n1) % n2, i3 = r / (n1 * n2);
+        const float * restrict xr =
+            (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
+        float * restrict yr = (float *) ((char *) dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t c = 0; c < C; c++) {
+            sum += (double) (xr[c] * xr[c]);
+        }
+        const float mean = (float) (sum / C);
+        const float scale = 1.0f / sqrtf(mean + eps);
+#pragma omp simd
+        for (int64_t c = 0; c < C; c++) {
+            yr[c] = (xr[c] * scale) * wv[c];
+        }
+    }
+}

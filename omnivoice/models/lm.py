@@ -273,21 +273,22 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_
 
 def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None,
                   variant: Variant = DEFAULT, inputs: VariantInputs = VariantInputs(), contiguous_qk: bool = False,
-                  int16: "Int16Products | None" = None):
+                  int16: "Int16Products | None" = None, cpu: bool = False):
     """Qwen3 decoder layer `il`: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
     prompt, or PaddedSegments (flash attention only); `flash_kv`: K/V type of flash attention, or None for the
     plain path; `variant`: see Variant; `contiguous_qk`: the plain path's Q and K made contiguous before their
-    product (Runtime.products_need_contiguous, nn.attention); `int16`: LMWeights.int16."""
+    product (Runtime.products_need_contiguous, nn.attention); `int16`: LMWeights.int16; `cpu`: the graph runs on
+    the CPU backend (nn.rms_norm's one-node norms)."""
     product, attn_out_product = products(variant, int16)
     residual = x
-    cur = named(nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps), "attn_norm", il)
+    cur = named(nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps, cpu), "attn_norm", il)
 
     if variant.qk_rope:
         q, k, v = joint_qk_norm_rope(ctx, layer, cfg, cur, pos, product)                  # [D, H or Hkv, L]
     else:
         q, k, v = qkv_projections(ctx, layer, cfg, cur, product)                          # [D, H or Hkv, L]
-        q = named(nn.rms_norm(ctx, q, layer.q_norm, cfg.rms_eps), "Qcur_normed", il)
-        k = named(nn.rms_norm(ctx, k, layer.k_norm, cfg.rms_eps), "Kcur_normed", il)
+        q = named(nn.rms_norm(ctx, q, layer.q_norm, cfg.rms_eps, cpu), "Qcur_normed", il)
+        k = named(nn.rms_norm(ctx, k, layer.k_norm, cfg.rms_eps, cpu), "Kcur_normed", il)
         q = named(nn.rope_neox(ctx, q, pos, cfg.rope_theta), "Qcur", il)
         k = named(nn.rope_neox(ctx, k, pos, cfg.rope_theta), "Kcur", il)
     named(v, "Vcur", il)
@@ -306,7 +307,7 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
     x = named(lib.ggml_add(ctx, residual, cur), "ffn_inp", il)
 
     residual = x
-    cur = named(nn.rms_norm(ctx, x, layer.ffn_norm, cfg.rms_eps), "ffn_norm", il)
+    cur = named(nn.rms_norm(ctx, x, layer.ffn_norm, cfg.rms_eps, cpu), "ffn_norm", il)
     if layer.gate_up is not None:
         gate_up = product(ctx, layer.gate_up, cur)                                           # [2 n_ff, L]
         cur = product(ctx, layer.down, lib.ggml_swiglu(ctx, gate_up))
@@ -321,20 +322,20 @@ FP16_MAX = 65504.0
 
 def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask, pos, segments,
                   flash_kv: int | None, clamp_fp16: bool = False, variant: Variant = DEFAULT,
-                  inputs: VariantInputs = VariantInputs(), contiguous_qk: bool = False):
+                  inputs: VariantInputs = VariantInputs(), contiguous_qk: bool = False, cpu: bool = False):
     """The backbone: embeddings, every layer, final norm -> [n_embd, L].
 
     `clamp_fp16` bounds the residual stream to the F16 range after every layer (a debug aid for backends that
     keep activations in F16; a no-op on healthy F32 activations). `variant` and its `inputs`: see Variant.
-    `contiguous_qk`: see decoder_layer.
+    `contiguous_qk` and `cpu`: see decoder_layer.
     """
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask, text_mask)
     for il, layer in enumerate(w.layers):
         x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv, variant, inputs, contiguous_qk,
-                          w.int16)
+                          w.int16, cpu)
         if clamp_fp16:
             x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
-    return named(nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps), "result_norm")
+    return named(nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps, cpu), "result_norm")
 
 
 def audio_logits(ctx, w: LMWeights, cfg: LMConfig, h, variant: Variant = DEFAULT):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..ggml import lib
+from ..ggml import ffi, lib, ops, types
 
 
 def add_bias(ctx, x, b, axis: int = 0):
@@ -21,9 +21,23 @@ def linear(ctx, x, w, b=None):
     return add_bias(ctx, lib.ggml_mul_mat(ctx, w, x), b)
 
 
-def rms_norm(ctx, x, w, eps: float):
-    """RMSNorm over ne0, scaled by w [C]."""
+def rms_norm(ctx, x, w, eps: float, cpu: bool = False):
+    """RMSNorm over ne0, scaled by w [C]. `cpu` (the graph runs on the CPU backend): one custom node of the
+    package's C kernel (csrc/ops.c omnivoice_rms_norm_rows: ggml's RMS_NORM and MUL steps, its sum of squares
+    vectorised) where the build has it and x and w are F32."""
+    if cpu and ops is not None and x.type == types.F32 and w.type == types.F32 and x.nb[0] == 4 \
+            and lib.ggml_nelements(w) == x.ne[0]:
+        return lib.ggml_map_custom2(ctx, x, w, ops.omnivoice_rms_norm_rows, -1, _eps(eps))
     return lib.ggml_mul(ctx, lib.ggml_rms_norm(ctx, x, eps), w)
+
+
+_EPS: dict[float, object] = {}  # the eps a custom norm node reads, one float each, kept for the process
+
+
+def _eps(eps: float):
+    if eps not in _EPS:
+        _EPS[eps] = ffi.new("float *", eps)
+    return _EPS[eps]
 
 
 def layer_norm(ctx, x, w, b, eps: float):

@@ -404,7 +404,8 @@ class ChunkSession:
         t_audio = g.input("audio_ids", np.int32, (C * L,))
         h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["text_mask"],
                                    c["pos"], spans, flash_kv, model.clamp_fp16, model.variant, inputs,
-                                   contiguous_qk=model.runtime.products_need_contiguous)           # [n_embd, L]
+                                   contiguous_qk=model.runtime.products_need_contiguous,
+                                   cpu=not model.runtime.is_gpu)                                   # [n_embd, L]
 
         if self._greedy:
             self._heads(g, h)

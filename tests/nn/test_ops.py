@@ -59,6 +59,27 @@ def test_rms_norm(run, rng):
     assert rel_err(y, want) < 1e-5
 
 
+def test_rms_norm_cpu_node_is_ggmls(cpu_run, rng):
+    """The one-node CPU norm (csrc/ops.c) gives ggml's RMS_NORM and MUL results, here on strided rows: the
+    heads of a projection [D, H, L] viewed from a wider tensor, as q and k are normed."""
+    from omnivoice.ggml import ops
+
+    if ops is None:
+        pytest.skip("a ggml build without the package's kernels")
+    x = rng.standard_normal((7, 4 * 64 + 32)).astype(np.float32) * 3      # ggml [288, 7]: 4 heads of 64, then more
+    w = rng.uniform(0.5, 1.5, 64).astype(np.float32)
+
+    def heads(ctx, x):
+        return lib.ggml_view_3d(ctx, x, 64, 4, 7, 64 * 4, x.nb[1], 0)          # [64, 4, 7], rows 288 apart
+
+    ours = cpu_run(lambda ctx, ws, x: nn.rms_norm(ctx, heads(ctx, x), ws["w"], 1e-6, cpu=True), {"x": x}, {"w": w})
+    ggml = cpu_run(lambda ctx, ws, x: nn.rms_norm(ctx, heads(ctx, x), ws["w"], 1e-6), {"x": x}, {"w": w})
+    np.testing.assert_allclose(ours, ggml, rtol=2e-7, atol=0)
+    x64 = x[:, :256].reshape(7, 4, 64).astype(np.float64)
+    want = x64 / np.sqrt(np.mean(x64 ** 2, axis=-1, keepdims=True) + 1e-6) * w
+    assert rel_err(ours, want) < 1e-6
+
+
 def test_layer_norm(run, rng):
     x = (rng.standard_normal((6, 96)) * 2 + 1).astype(np.float32)
     w, b = rng.standard_normal(96).astype(np.float32), rng.standard_normal(96).astype(np.float32)
