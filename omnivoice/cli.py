@@ -123,13 +123,14 @@ def add_quant_option(group) -> None:
     group.add_argument("--quant", default="auto", choices=("auto",) + REPO_QUANT_ORDER, metavar="QUANT",
                        help="LM weight type: what a checkpoint is converted to, or which file of a folder or a "
                             f"repo of GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on "
-                            "CUDA, f16 on other GPUs; on the CPU by its kernels: q8_0 with AMX, bf16 with AVX-512 "
-                            "BF16, f16 with AVX2 and F16C, else f32)")
-    group.add_argument("--cpu-products", choices=("auto", "ggml", "i16"), default=None,
-                       help="the LM's matrix products on the CPU: ggml's, or i16, the package's int16 kernel for "
-                            "x86 with AVX2 (F16's rounding, 1.4-1.8x ggml's products on AVX2 CPUs; 2 bytes a "
-                            "weight in memory); default OMNIVOICE_CPU_PRODUCTS, else auto: i16 for every weight "
-                            "type but f32 on AVX2 CPUs without AVX-512, ggml's otherwise")
+                            "CUDA, f16 on other GPUs; on the CPU by its kernels: bf16 with AMX or AVX-512 BF16, f16 "
+                            "with AVX2 and F16C, else f32)")
+    group.add_argument("--cpu-products", choices=("auto", "ggml", "i16", "amx"), default=None,
+                       help="the LM's matrix products on the CPU: ggml's, or one of the package's kernels (2 bytes "
+                            "a weight in memory): i16, 13-bit integers for x86 with AVX2 (F16's rounding, 1.4-1.8x "
+                            "ggml's products on AVX2 CPUs), amx, BF16 on Intel's AMX tiles (BF16's rounding, 1.5-2.1x "
+                            "ggml's Q8_0 on AMX); default OMNIVOICE_CPU_PRODUCTS, else auto: for every weight type "
+                            "but f32, amx on CPUs with AMX-BF16, i16 on AVX2 CPUs without AVX-512, ggml's otherwise")
 
 
 def add_sampler_options(group) -> None:

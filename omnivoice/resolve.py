@@ -65,14 +65,14 @@ def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None)
     2-core Zen 4 and a 2-core Zen 3, BENCHMARKS.md): BF16 on CUDA (cuBLAS accumulates it in F32; LM step 4.0 ms
     against 4.7 for F32 with TF32 and 5.0 for F16, whose products cuBLAS accumulates in F16), F16 on other GPUs
     (Vulkan's BF16 products are 4x slower than its F16 ones). On the CPU, by the features of its kernels
-    (`cpu_features`, default: this build's): Q8_0 with AMX (Intel's server CPUs since Sapphire Rapids; the
-    loader puts its matrices in ggml's AMX buffer: on the 16-core Emerald Rapids host of the H200 machine 1.39x
-    the float32 reference end to end on 2 threads and 1.66x on 16, where F32 was 0.86x / 1.23x and BF16, slower
-    than F32 there, 0.95x; 85 % teacher-forced agreement, as Q8_0 anywhere), BF16 with AVX-512 BF16 otherwise
+    (`cpu_features`, default: this build's): with AMX (Intel's server CPUs since Sapphire Rapids) BF16, whose
+    products run on the package's AMX kernel (nn.amx; on the 16-core Emerald Rapids host of the H200 machine
+    2.4-3.2x the float32 reference end to end on 2 threads and 2.4-2.5x on 16, 94 % teacher-forced agreement), or
+    Q8_0 in ggml's AMX buffer where that kernel is missing (1.3-1.9x; 85 %); BF16 with AVX-512 BF16 otherwise
     (ggml's BF16 dot products: LM step 1.9x faster than F32 on the Zen 4), F16 with AVX2 and F16C (llamafile's
     F16 GEMM: 1.44x on the Zen 3 at 99.0 % teacher-forced agreement with F32, where BF16 and Q8_0 are no faster
     than F32 and agree 94.1 / 85.6 %; without AVX-512 the LM then multiplies them with the package's int16
-    kernel, runners.lm.use_int16_products: 1.75-2.2x the float32 reference end to end there, 98.6 %), else F32.
+    kernel, runners.lm.products_kernel: 1.75-2.2x the float32 reference end to end there, 98.6 %), else F32.
     F32, the reference's own precision, is `quant="f32"`."""
     name = backend_name.lower()
     if name != "cpu":
@@ -81,7 +81,9 @@ def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None)
         from .ggml.backend import cpu_features as features
         cpu_features = features()
     if "AMX_INT8" in cpu_features:  # ggml's feature list names AMX by its INT8 part
-        return "q8_0"
+        from .nn import amx
+
+        return "bf16" if amx.available() else "q8_0"
     if "AVX512_BF16" in cpu_features:
         return "bf16"
     return "f16" if {"AVX2", "F16C"} <= cpu_features else "f32"

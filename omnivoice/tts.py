@@ -278,7 +278,8 @@ def run(args) -> int:
         rt = ov.runtime
         say(f"model {ov.model_path.name} + {ov.codec_path.name} on {rt.device.spec} ({rt.device.description}, "
             f"{rt.n_threads} thread{'s' if rt.n_threads != 1 else ''}"
-            f"{', int16 products' if ov.lm.int16_products else ''}), loaded in {time.perf_counter() - t0:.1f}s")
+            f"{f', {ov.lm.cpu_products} products' if ov.lm.cpu_products else ''}), "
+            f"loaded in {time.perf_counter() - t0:.1f}s")
         voice = inputs.voice
         if args.ref_wav:
             voice = ov.create_voice(args.ref_wav, inputs.ref_text, preprocess_prompt=not args.no_preprocess_prompt)

@@ -396,7 +396,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--backend", default="cpu",
                     help="our ggml backend: cpu, cuda, vulkan, ... (default cpu); a comma list runs each")
     ap.add_argument("--quant", default="f32", help=f"our LM storage, a comma list of {', '.join(QUANTS)}; "
-                    "QUANT:PRODUCTS also picks the CPU's products (auto, ggml or i16: OmniVoice's cpu_products), "
+                    "QUANT:PRODUCTS also picks the CPU's products (auto, ggml, i16 or amx: OmniVoice's cpu_products), "
                     "e.g. f16:ggml,f16:i16")
     ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="ours (default auto)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads of both sides (default: all cores)")
@@ -422,7 +422,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", default=None, help="write the full report here")
     ap.add_argument("--markdown", default=None, help="also write the markdown tables here")
     args = ap.parse_args(argv)
-    args.quants = _list(args.quant, [f"{q}{p}" for q in QUANTS for p in ("", ":auto", ":ggml", ":i16")],
+    args.quants = _list(args.quant, [f"{q}{p}" for q in QUANTS for p in ("", ":auto", ":ggml", ":i16", ":amx")],
                         "--quant")
     args.ref_dtypes = _list(args.ref_dtype, REF_DTYPES, "--ref-dtype")
     args.case_names = _list(args.cases, tuple(CASES), "--cases")

@@ -153,7 +153,7 @@ class OursSide:
         rt = self.ov.runtime
         return {"load_s": load_s, "info": {
             "device": f"{rt.device.backend} {rt.device.description}", "threads": rt.n_threads,
-            "flash_attn": bool(self.ov.lm.flash_attn), "int16_products": bool(self.ov.lm.int16_products),
+            "flash_attn": bool(self.ov.lm.flash_attn), "cpu_products": self.ov.lm.cpu_products,
             "model": str(self.ov.model_path),
             "package": str(Path(omnivoice.__file__).parent), "python": platform.python_version()}}
 

@@ -81,7 +81,7 @@ def run(args) -> list[dict]:
                 mine = dict(zip(c.positions.tolist(), c.tokens.tolist()))
                 total += len(want)
                 same += sum(1 for p, t in mine.items() if want.get(p) == t)
-            rows.append(dict(quant=quant + (" i16" if lm.int16_products else ""), backend=rt.device.spec,
+            rows.append(dict(quant=quant + (f" {lm.cpu_products}" if lm.cpu_products else ""), backend=rt.device.spec,
                              file_mib=lm_path.stat().st_size / 2**20,
                              cosine=cos, max_abs_err=err,
                              logit_scale=float(np.abs(want_logits).max()), teacher_forced=same / total,
@@ -99,7 +99,7 @@ def main() -> int:
     p.add_argument("--backend", default="cpu")
     p.add_argument("--quants", default="f32,f16,bf16,q8_0",
                    help="weight types; TYPE:PRODUCTS picks the CPU's products (ggml or i16, default auto: "
-                        "runners.lm.use_int16_products), e.g. f16:ggml,f16:i16")
+                        "runners.lm.products_kernel), e.g. f16:ggml,f16:i16,f16:amx")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores; 1 on a shared machine)")
     p.add_argument("--flash", action="store_true", help="use flash attention where the backend has it")
     p.add_argument("--json", type=Path)

@@ -134,7 +134,7 @@ def main() -> int:
     p.add_argument("--gguf-dir", type=Path, required=True)
     p.add_argument("--quants", default="f32,bf16,q8_0",
                    help="weight types; TYPE:PRODUCTS picks the CPU's products (ggml or i16, default auto: "
-                        "runners.lm.use_int16_products), e.g. f16:ggml,f16:i16")
+                        "runners.lm.products_kernel), e.g. f16:ggml,f16:i16,f16:amx")
     p.add_argument("--shapes", default="auto5,clone5",
                    help=f"comma list of {', '.join(SHAPES)} or TEXT:REF:TARGET token counts, e.g. 28:59:125")
     p.add_argument("--backend", default="cpu")
@@ -164,7 +164,7 @@ def main() -> int:
             q, _, products = item.partition(":")
             lm = LanguageModel(rt, args.gguf_dir / f"omnivoice-base-{q.upper()}.gguf", flash_attn=flash,
                                stack_projections=on_off[args.stack], variant=variant, cpu_products=products or None)
-            q += " i16" if lm.int16_products else ""
+            q += f" {lm.cpu_products}" if lm.cpu_products else ""
             stacked = lm.weights.layers[0].qkv is not None
             for shape, batch in [(s, int(b)) for s in args.shapes.split(",") for b in args.batch.split(",")]:
                 dims = SHAPES[shape] if shape in SHAPES else tuple(map(int, shape.split(":")))

@@ -12,7 +12,8 @@ median of --repeats graph runs after two warm-up runs, the graph holding nothing
 quantized weight that includes quantizing x to the dot-product type, as in the LM). `--repack` adds a row per
 type and extra buffer type of ggml's CPU backend that has a kernel for it here: CPU_REPACK (e.g. Q4_0 and Q4_K
 on AVX2, which our loader uses) and, in builds for CPUs with AMX, AMX (Q4_0, Q4_1, Q8_0 and K-quants on
-Intel's tile units). Type `i16` is the package's int16 kernel (omnivoice.nn.int16, x86 with AVX2). numpy and
+Intel's tile units). Types `i16` and `amx` are the package's kernels (omnivoice.nn.int16, x86 with AVX2; omnivoice.nn.amx,
+BF16 on Intel's AMX tiles). numpy and
 torch run in their own processes with the thread count fixed before import (OPENBLAS_NUM_THREADS,
 torch.set_num_threads), float32 `W @ x` of the same shapes.
 
@@ -86,11 +87,11 @@ def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int
     """Median (wall, process CPU) seconds of one product in a one-node ggml graph, the weight in the plain CPU
     buffer or in the extra buffer type `extra` (Runtime.extra_buffer_types); None where that buffer type has no
     kernel for it here."""
-    from omnivoice.ggml import Graph, Runtime, ffi, lib
+    from omnivoice.ggml import Runtime, ffi, lib
     from omnivoice.ggml.graph import new_context
 
-    if type_name == "i16":
-        return None if extra else time_int16(K, M, N, threads, repeats)
+    if type_name in ("i16", "amx"):
+        return None if extra else time_packed(type_name, K, M, N, threads, repeats)
     ggml_type = getattr(lib, "GGML_TYPE_" + type_name.upper())
     with Runtime("cpu", threads) as rt:
         if extra and not rt.multiplies_in(extra, ggml_type, [K, M]):
@@ -114,18 +115,19 @@ def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int
             lib.ggml_free(ctx)
 
 
-def time_int16(K: int, M: int, N: int, threads: int, repeats: int) -> tuple[float, float] | None:
-    """time_ggml for the package's int16 kernel (omnivoice.nn.int16: the weight packed at load, one custom node);
-    None where this CPU or build has none."""
+def time_packed(name: str, K: int, M: int, N: int, threads: int, repeats: int) -> tuple[float, float] | None:
+    """time_ggml for one of the package's kernels (`i16`: omnivoice.nn.int16, `amx`: omnivoice.nn.amx; the
+    weight packed at load, one custom node, after a cast node for amx); None where this CPU or build has none."""
     from omnivoice.ggml import Runtime
-    from omnivoice.nn import int16
+    from omnivoice.nn import amx, int16
 
-    if not int16.available() or K % int16.BLOCK:
+    module = {"i16": int16, "amx": amx}[name]
+    if not module.available() or K % module.BLOCK:
         return None
     w = (np.random.default_rng(0).standard_normal((M, K)) * 0.02).astype(np.float32)
-    packed = int16.PackedMatrix(w)
+    packed = module.pack(w)
     with Runtime("cpu", threads) as rt:
-        return time_graph(rt, packed.product, w, N, repeats, "i16")
+        return time_graph(rt, packed.product, w, N, repeats, name)
 
 
 def time_graph(rt, product, w: np.ndarray, N: int, repeats: int, label: str) -> tuple[float, float]:

@@ -72,11 +72,17 @@ def _load_ops():
              "void omnivoice_conv_columns(struct ggml_tensor *, int, int, void *);"
              "void omnivoice_rms_norm_rows(struct ggml_tensor *, const struct ggml_tensor *,"
              " const struct ggml_tensor *, int, int, void *);"
+             "void omnivoice_concat_cols(struct ggml_tensor *, int, int, void *);"
              "struct omnivoice_i16_weight { const void * data; int64_t M, K; };"
              "int64_t omnivoice_i16_packed_bytes(int64_t, int64_t);"
              "int omnivoice_i16_supported(void);"
              "void omnivoice_i16_pack(const float *, int64_t, int64_t, void *);"
-             "void omnivoice_i16_mul_mat(struct ggml_tensor *, int, int, void *);")
+             "void omnivoice_i16_mul_mat(struct ggml_tensor *, int, int, void *);"
+             "struct omnivoice_amx_weight { const void * data; int64_t M, K; };"
+             "int64_t omnivoice_amx_packed_bytes(int64_t, int64_t);"
+             "int omnivoice_amx_supported(void);"
+             "void omnivoice_amx_pack(const float *, int64_t, int64_t, void *);"
+             "void omnivoice_amx_mul_mat(struct ggml_tensor *, int, int, void *);")
     return ffi.dlopen(str(path))
 
 

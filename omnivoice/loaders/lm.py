@@ -15,7 +15,7 @@ import numpy as np
 from ..ggml import Runtime, WeightStore, quants
 from ..gguf import GGUFFile, keys as K, names as N
 from ..models.lm import LMConfig, LMLayer, LMWeights
-from ..nn import int16
+from ..nn.packed import Kernel, PackedProducts
 from .tensors import EMBEDDING, MATRIX, VECTOR, Metadata, TensorLoader, check
 
 ARCH = K.ARCH_LM
@@ -103,18 +103,18 @@ def product_matrices(cfg: LMConfig) -> list[str]:
     return [N.layer(name, i) for i in range(cfg.n_layer) for name in per_layer] + [N.LM_AUDIO_HEADS]
 
 
-def _pack_int16(f: GGUFFile, store: WeightStore, cfg: LMConfig, threads: int) -> tuple[int16.Int16Products,
-                                                                                       set[str]]:
-    """The product matrices of `f` whose rows the int16 kernel takes (nn.int16.fits), in its layout, from their
-    values in the file, and their names; the file's pages of each are released after (the graph reads the packed
-    copy). The others keep ggml's products. Matrices are packed on `threads` threads (ggml's conversion and the
-    packing are C calls, which cffi makes without the GIL): the full LM took 1.1-1.3 s more to load on two
-    threads of the Zen 3 than with ggml's products."""
-    products = int16.Int16Products()
+def _pack(f: GGUFFile, store: WeightStore, cfg: LMConfig, kernel: Kernel,
+          threads: int) -> tuple[PackedProducts, set[str]]:
+    """The product matrices of `f` whose rows `kernel` takes (Kernel.fits), in its layout, from their values in
+    the file, and their names; the file's pages of each are released after (the graph reads the packed copy). The
+    others keep ggml's products. Matrices are packed on `threads` threads (ggml's conversion and the packing are C
+    calls, which cffi makes without the GIL): the full LM took 1.1-1.3 s more to load on two threads of the Zen 3
+    with the int16 kernel than with ggml's products."""
+    products = PackedProducts(kernel)
 
     def pack(name: str) -> str | None:
         t = f.tensor(name)
-        if not int16.fits(t.shape):
+        if not kernel.fits(t.shape):
             return None
         K, M = (int(n) for n in t.shape)
         products.add(store[name], quants.dequantize(t.data, t.tensor_type, K * M).reshape(M, K))
@@ -128,16 +128,16 @@ def _pack_int16(f: GGUFFile, store: WeightStore, cfg: LMConfig, threads: int) ->
 
 def load_weights(runtime: Runtime, f: GGUFFile, cfg: LMConfig, stack: bool = False,
                  in_place: bool | None = None, joint_qk_norm: bool = False,
-                 int16_products: bool = False) -> tuple[LMWeights, WeightStore]:
+                 packed_products: Kernel | None = None) -> tuple[LMWeights, WeightStore]:
     """Every LM tensor of `f`, checked against `cfg`, on `runtime`: (the record, the store that owns them).
 
     `stack` joins q/k/v and gate/up into one matrix each (copies of their rows); `in_place` (default: on the CPU)
     uses the file's memory map as the buffer of the other tensors instead of a copy; `joint_qk_norm` adds each
-    layer's `qk_norm` (the qk_rope graph variant); `int16_products` (CPU runtimes, unstacked) packs every product
-    matrix for the package's int16 kernel (`LMWeights.int16`, nn.int16).
+    layer's `qk_norm` (the qk_rope graph variant); `packed_products` (CPU runtimes, unstacked) packs every product
+    matrix for that kernel of the package (`LMWeights.packed`: nn.int16, nn.amx).
     """
-    if int16_products and (runtime.is_gpu or stack):
-        raise ValueError("int16 products run on the CPU backend, on unstacked projections")
+    if packed_products is not None and (runtime.is_gpu or stack):
+        raise ValueError(f"{packed_products.name} products run on the CPU backend, on unstacked projections")
     E, N_audio = cfg.n_embd, cfg.n_codebook * cfg.audio_vocab
     store = WeightStore(runtime, f.path, f.metadata, region=f.data)
     try:
@@ -154,11 +154,11 @@ def load_weights(runtime: Runtime, f: GGUFFile, cfg: LMConfig, stack: bool = Fal
         if in_place is None:
             in_place = not runtime.is_gpu
         packed: set[str] = set()
-        if int16_products:
-            products, packed = _pack_int16(f, store, cfg, runtime.n_threads)
-            weights = dataclasses.replace(weights, int16=products)
+        if packed_products is not None:
+            products, packed = _pack(f, store, cfg, packed_products, runtime.n_threads)
+            weights = dataclasses.replace(weights, packed=products)
         # the embedding tables are read by row, which the CPU's repacked layout does not allow; the matrices
-        # packed for the int16 kernel are never read by the graph
+        # packed for the package's kernels are never read by the graph
         store.upload(in_place=in_place, release=f.release,
                      repack=lambda name: name not in (N.LM_TOKEN_EMBD, N.LM_AUDIO_EMBD) and name not in packed)
     except BaseException:

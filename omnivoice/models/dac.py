@@ -114,7 +114,7 @@ def decoder_block(ctx, b: DecoderBlock, x, stride: int, mask=None):
     x = snake(ctx, b.snake1, x)
     x = nn.conv_transpose1d_cl(ctx, x, b.conv_t1.weight, b.conv_t1.bias, stride=stride,
                                padding=math.ceil(stride / 2), output_padding=stride % 2,
-                               out_channels=b.conv_t1.bias.ne[0])
+                               out_channels=b.conv_t1.bias.ne[0], cpu=b.snake1.cpu)
     x = masked(ctx, x, mask)
     for unit, d in zip(b.res_units, DILATIONS):
         x = residual_unit(ctx, unit, x, d, mask)

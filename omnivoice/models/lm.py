@@ -25,7 +25,7 @@ from .. import nn
 from ..ggml import Tensor, lib, named, types
 
 if TYPE_CHECKING:
-    from ..nn.int16 import Int16Products
+    from ..nn.packed import PackedProducts
 
 
 @dataclass(frozen=True)
@@ -136,15 +136,15 @@ class LMWeights:
     output_norm: Tensor             # [E]
     audio_heads: Tensor             # [E, N]
     class_bias: Tensor              # [audio_vocab] F32, made at load: 0, -inf at the mask id
-    int16: "Int16Products | None" = None  # the product matrices packed for the CPU's int16 kernel (nn.int16)
+    packed: "PackedProducts | None" = None  # the product matrices packed for a CPU kernel (nn.int16, nn.amx)
 
 
-def products(variant: Variant, int16: "Int16Products | None"):
-    """The graph's two product functions (variant.product, variant.attn_out_product), through the int16 kernel
-    for the matrices the loader packed for it."""
-    if int16 is None:
+def products(variant: Variant, packed: "PackedProducts | None"):
+    """The graph's two product functions (variant.product, variant.attn_out_product), through the package's CPU
+    kernel for the matrices the loader packed for it."""
+    if packed is None:
         return variant.product, variant.attn_out_product
-    return int16.over(variant.product), int16.over(variant.attn_out_product)
+    return packed.over(variant.product), packed.over(variant.attn_out_product)
 
 
 def embed(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask):
@@ -183,17 +183,25 @@ def positions(ctx, x, start: int, n: int):
     return lib.ggml_view_3d(ctx, x, x.ne[0], x.ne[1], n, x.nb[1], x.nb[2], start * x.nb[2])
 
 
-def concat(ctx, parts: list, dim: int):
-    """The parts joined along `dim`, pairwise in a balanced tree (each value is copied log2(len) times)."""
+def concat(ctx, parts: list, dim: int, cpu: bool = False):
+    """The parts joined along `dim`, pairwise in a balanced tree (each value is copied log2(len) times).
+
+    `cpu` (contiguous 2-D F32 parts joined along dim 1): nn.concat_columns' nodes, memcpy on every thread."""
+    if (cpu and dim == 1 and len(parts) > 1
+            and all(p.type == types.F32 and p.ne[2] == 1 and p.ne[3] == 1 and lib.ggml_is_contiguous(p)
+                    for p in parts)):
+        return nn.concat_columns(ctx, parts)
     while len(parts) > 1:
         parts = [lib.ggml_concat(ctx, parts[i], parts[i + 1], dim) if i + 1 < len(parts) else parts[i]
                  for i in range(0, len(parts), 2)]
     return parts[0]
 
 
-def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | None, contiguous_qk: bool = False):
+def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | None, contiguous_qk: bool = False,
+                        cpu: bool = False):
     """Bidirectional attention within each (start, length) segment: q [D, H, L], k/v [D, Hkv, L] -> [D*H, L].
-    `contiguous_qk`: see nn.attention (the plain path on Vulkan)."""
+    `contiguous_qk`: see nn.attention (the plain path on Vulkan); `cpu`: the graph runs on the CPU backend (see
+    concat)."""
     if flash_kv is not None and k.type != flash_kv:
         # Once for all segments, while K and V are contiguous.
         k, v = lib.ggml_cast(ctx, k, flash_kv), lib.ggml_cast(ctx, v, flash_kv)
@@ -201,7 +209,7 @@ def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | N
     parts = [nn.attention(ctx, positions(ctx, q, s, n), positions(ctx, k, s, n), positions(ctx, v, s, n), None,
                           scale, flash=flash_kv is not None, kv_type=flash_kv, contiguous_qk=contiguous_qk)
              for s, n in segments]                                                          # [D * H, n] each
-    return concat(ctx, parts, 1)
+    return concat(ctx, parts, 1, cpu)
 
 
 @dataclass(frozen=True)
@@ -273,13 +281,13 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_
 
 def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None,
                   variant: Variant = DEFAULT, inputs: VariantInputs = VariantInputs(), contiguous_qk: bool = False,
-                  int16: "Int16Products | None" = None, cpu: bool = False):
+                  packed: "PackedProducts | None" = None, cpu: bool = False):
     """Qwen3 decoder layer `il`: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
     prompt, or PaddedSegments (flash attention only); `flash_kv`: K/V type of flash attention, or None for the
     plain path; `variant`: see Variant; `contiguous_qk`: the plain path's Q and K made contiguous before their
-    product (Runtime.products_need_contiguous, nn.attention); `int16`: LMWeights.int16; `cpu`: the graph runs on
+    product (Runtime.products_need_contiguous, nn.attention); `packed`: LMWeights.packed; `cpu`: the graph runs on
     the CPU backend (nn.rms_norm's one-node norms)."""
-    product, attn_out_product = products(variant, int16)
+    product, attn_out_product = products(variant, packed)
     residual = x
     cur = named(nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps, cpu), "attn_norm", il)
 
@@ -301,7 +309,7 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
     elif isinstance(segments, PaddedSegments):
         cur = padded_attention(ctx, cfg, q, k, v, segments, flash_kv)
     else:
-        cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk)
+        cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk, cpu)
     named(cur, "kqv_out", il)                                                                # [D * H, L]
     cur = named(attn_out_product(ctx, layer.o, cur), "attn_out", il)                         # [n_embd, L]
     x = named(lib.ggml_add(ctx, residual, cur), "ffn_inp", il)
@@ -332,7 +340,7 @@ def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_m
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask, text_mask)
     for il, layer in enumerate(w.layers):
         x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv, variant, inputs, contiguous_qk,
-                          w.int16, cpu)
+                          w.packed, cpu)
         if clamp_fp16:
             x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
     return named(nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps, cpu), "result_norm")
@@ -340,7 +348,7 @@ def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_m
 
 def audio_logits(ctx, w: LMWeights, cfg: LMConfig, h, variant: Variant = DEFAULT):
     """audio_heads over the given positions: h [n_embd, N] -> logits [audio_vocab, n_codebook, N]."""
-    logits = named(products(variant, w.int16)[0](ctx, w.audio_heads, h), "result_output")  # [8 * V, N]
+    logits = named(products(variant, w.packed)[0](ctx, w.audio_heads, h), "result_output")  # [8 * V, N]
     return lib.ggml_reshape_3d(ctx, logits, cfg.audio_vocab, cfg.n_codebook, h.ne[1])
 
 

@@ -40,6 +40,25 @@ def _eps(eps: float):
     return _EPS[eps]
 
 
+MAX_SRC = 9  # ggml_custom_4d takes fewer than GGML_MAX_SRC (10) sources
+
+
+def concat_columns(ctx, parts: list):
+    """Contiguous F32 [E, n_i] side by side -> [E, sum n_i], on the CPU backend: nodes of the package's C kernel
+    (csrc/ops.c omnivoice_concat_cols, memcpy on every thread; ggml's CPU CONCAT copies value by value, along
+    dim 1 on one thread), up to MAX_SRC parts a node. Without the package's kernels, ggml's CONCATs."""
+    while len(parts) > 1:
+        if ops is None:
+            parts = [lib.ggml_concat(ctx, parts[i], parts[i + 1], 1) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
+            continue
+        groups = [parts[i:i + MAX_SRC] for i in range(0, len(parts), MAX_SRC)]
+        parts = [g[0] if len(g) == 1 else lib.ggml_custom_4d(
+            ctx, types.F32, g[0].ne[0], sum(p.ne[1] for p in g), 1, 1, ffi.new("struct ggml_tensor *[]", g), len(g),
+            ops.omnivoice_concat_cols, -1, ffi.NULL) for g in groups]
+    return parts[0]
+
+
 def layer_norm(ctx, x, w, b, eps: float):
     """LayerNorm over ne0 with affine w, b [C]."""
     return add_bias(ctx, lib.ggml_mul(ctx, lib.ggml_norm(ctx, x, eps), w), b)

@@ -167,20 +167,23 @@ def _nothing(dst, ith, nth, _user):
     """ggml custom op that leaves its output as allocated (it is overwritten whole by the nodes after it)."""
 
 
-def pad_columns(ctx, x, left: int, right: int):
+def pad_columns(ctx, x, left: int, right: int, cpu: bool = False):
     """x [C, T] with `left` and `right` zero columns added: [C, left + T + right].
 
-    A contiguous x is padded as one flat row of C*T values (the same bytes): CUDA's PAD kernel puts ne1 in its
-    grid's y dimension, which holds at most 65535, and the DAC's last transposed conv pads 80 000 columns for
-    20 s of audio ("invalid argument", found on the H200)."""
+    On GPUs a contiguous x is padded as one flat row of C*T values (the same bytes): CUDA's PAD kernel puts ne1
+    in its grid's y dimension, which holds at most 65535, and the DAC's last transposed conv pads 80 000 columns
+    for 20 s of audio ("invalid argument", found on the H200). The CPU's PAD splits the columns among the
+    threads, and a flat row is one column: one thread then padded it all (the 5 s decode's three pads took
+    40 ms of 247 on the 16-thread Xeon, 24 of 634 on 2 of its threads; tools/op_profile.py decode)."""
     C, T = x.ne[0], x.ne[1]
-    if lib.ggml_is_contiguous(x) and lib.ggml_nelements(x) == C * T:
+    if not cpu and lib.ggml_is_contiguous(x) and lib.ggml_nelements(x) == C * T:
         flat = lib.ggml_pad_ext(ctx, lib.ggml_reshape_1d(ctx, x, C * T), left * C, right * C, 0, 0, 0, 0, 0, 0)
         return lib.ggml_reshape_2d(ctx, flat, C, left + T + right)
     return lib.ggml_pad_ext(ctx, x, 0, 0, left, right, 0, 0, 0, 0)
 
 
-def conv_transpose1d_cl(ctx, x, w, b, stride: int, padding: int, output_padding: int, out_channels: int):
+def conv_transpose1d_cl(ctx, x, w, b, stride: int, padding: int, output_padding: int, out_channels: int,
+                        cpu: bool = False):
     """PyTorch ConvTranspose1d on channels-last activations: x [IC, T] -> [OC, (T-1)*stride - 2p + K + op].
 
     `w` is [IC, K*OC] with oc fastest (`conv_transpose_weight_cl`), K a multiple m of the stride. One product
@@ -188,6 +191,7 @@ def conv_transpose1d_cl(ctx, x, w, b, stride: int, padding: int, output_padding:
     sample t*stride + r is the sum over j < m of tap j*stride + r of column t - j, i.e. m strided views of z
     added, which come out already interleaved as [OC, stride, T + m - 1] = [OC, full length]. The result is the
     window [p, p + T_out) of that full signal (PyTorch's output_padding samples hold real overlap-added values).
+    `cpu`: the graph runs on the CPU backend (see pad_columns).
     """
     IC, T = x.ne[0], x.ne[1]
     OC = out_channels
@@ -200,7 +204,7 @@ def conv_transpose1d_cl(ctx, x, w, b, stride: int, padding: int, output_padding:
         raise ValueError(f"conv_transpose1d_cl: output_padding {output_padding} must lie in [0, padding={padding}]")
     m = K // stride
     if m > 1:
-        x = pad_columns(ctx, x, m - 1, m - 1)                                       # [IC, T + 2(m-1)]
+        x = pad_columns(ctx, x, m - 1, m - 1, cpu)                                  # [IC, T + 2(m-1)]
     z = lib.ggml_mul_mat(ctx, w, x)                                                  # [K*OC, T + 2(m-1)]
     es = z.nb[0]
     n = T + m - 1

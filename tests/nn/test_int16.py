@@ -21,7 +21,7 @@ def quantized(a: np.ndarray, qmax: int) -> np.ndarray:
 
 
 def product(run, w: np.ndarray, x: np.ndarray, threads_runner=None) -> np.ndarray:
-    packed = int16.PackedMatrix(w)
+    packed = int16.pack(w)
     return (threads_runner or run)(lambda ctx, ws, x: packed.product(ctx, x), {"x": x})
 
 
@@ -85,7 +85,7 @@ def test_columns_do_not_depend_on_the_batch(cpu_run, rng):
 
 
 def test_products_fall_back(cpu_run, rng):
-    """Int16Products.over keeps the base product for weights it did not pack and for inputs it cannot take."""
+    """PackedProducts.over keeps the base product for weights it did not pack and for inputs it cannot take."""
     from omnivoice.ggml import WeightStore
 
     w = rng.standard_normal((32, 256)).astype(np.float32)
@@ -93,7 +93,7 @@ def test_products_fall_back(cpu_run, rng):
     x = rng.standard_normal((5, 256)).astype(np.float32)
     store = WeightStore.from_arrays(cpu_run.runtime, {"w": w, "other": other})
     try:
-        products = int16.Int16Products()
+        products = int16.products()
         products.add(store["w"], w)
         assert len(products) == 1 and products.nbytes == 32 * 256 * 2 + 32 * (256 // int16.BLOCK) * 4
         product = products.over(lib.ggml_mul_mat)
@@ -108,4 +108,4 @@ def test_products_fall_back(cpu_run, rng):
 
 def test_pack_refuses_other_shapes():
     with pytest.raises(ValueError, match=f"multiple of {int16.BLOCK}"):
-        int16.PackedMatrix(np.zeros((16, 100), np.float32))
+        int16.pack(np.zeros((16, 100), np.float32))

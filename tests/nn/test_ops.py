@@ -80,6 +80,17 @@ def test_rms_norm_cpu_node_is_ggmls(cpu_run, rng):
     assert rel_err(ours, want) < 1e-6
 
 
+@pytest.mark.parametrize("lengths", [[200, 146], [3, 1, 5, 2, 7, 1, 1, 4, 9, 2, 6, 3, 8]])
+def test_concat_columns_is_numpys(cpu_run, one_thread_cpu_run, rng, lengths):
+    """The CPU's memcpy concat (csrc/ops.c omnivoice_concat_cols) on 2 and 13 parts (two levels of nodes of at
+    most 9 sources), on one thread and several: numpy's concatenation, bit for bit."""
+    parts = {f"p{i}": rng.standard_normal((n, 24)).astype(np.float32) for i, n in enumerate(lengths)}
+    want = np.concatenate(list(parts.values()))
+    for run in (cpu_run, one_thread_cpu_run):
+        got = run(lambda ctx, ws, **xs: nn.concat_columns(ctx, [xs[k] for k in parts]), parts)
+        np.testing.assert_array_equal(got, want)
+
+
 def test_layer_norm(run, rng):
     x = (rng.standard_normal((6, 96)) * 2 + 1).astype(np.float32)
     w, b = rng.standard_normal(96).astype(np.float32), rng.standard_normal(96).astype(np.float32)

@@ -14,12 +14,15 @@
 # Budget: build ~1.5 min beside the checkpoint (~1 min), conversions ~1 min, then 16 threads (auto5 and clone5)
 # and 2 threads (auto5; QUANTS_T2 only), each stopped at its share of BUDGET_S (540 s); bench.py writes its
 # report after every case, so a cut run keeps what it measured. Knobs: QUANTS (f32,f16,bf16,q8_0), QUANTS_T2
-# (f32,f16), STEPS (8), REPEATS (1), WARMUP (1); for a local check of this script's CPU path: PRESET=tiny,
+# (f32,f16), CASES_T16 (auto5,clone5; empty: none), CASES_T2 (auto5), STEPS (8), REPEATS (1), WARMUP (1); for a local check of this script's CPU path: PRESET=tiny,
 # CPU_LIB_DIR (an existing build instead of compiling), REF_PYTHON (an interpreter with the reference), and
 # $W/site/.done made by hand where the interpreter already has our dependencies. PARITY=1: see 3b.
 # PART=matmul: after the build, only tools/matmul_bench.py (MATMUL_THREADS 16,2; MATMUL_TYPES
-# i16,f32,f16,bf16,q8_0,q4_k) against numpy and torch. QUANTS items may name the products, e.g.
-# QUANTS=f32,f16:i16,f16:ggml,q8_0 (AVX-512 hosts default to ggml's; the int16 kernel is AVX2).
+# amx,i16,f32,f16,bf16,q8_0,q4_k) against numpy and torch. QUANTS items may name the products, e.g.
+# QUANTS=f32,bf16:amx,f16:i16,q8_0 (amx: the package's AMX BF16 kernel; i16: its int16 kernel, AVX2).
+# TESTS: pytest paths run after the build, on this CPU (e.g. the AMX kernel's tests).
+# PART=profile: after the conversions, tools/op_profile.py lm (the first of QUANTS) and decode at
+# PROFILE_THREADS (16 2).
 # PART=batch: after the conversions, only the LM step of 1, 2 and 4 packed prompts (BATCH_THREADS, 16).
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
@@ -66,10 +69,16 @@ python3 -c "from omnivoice.ggml import list_devices; print([d.description for d 
 python3 -c "from omnivoice.ggml import Runtime, lib; rt = Runtime('cpu');
 print('extra buffer types', list(rt.extra_buffer_types),
   {t: rt.weight_buffer(getattr(lib, 'GGML_TYPE_' + t), [1024, 3072]) for t in ('Q8_0', 'Q4_K', 'Q4_0')})" >&2
+python3 -c "from omnivoice.nn import amx, int16; print('package kernels: amx', amx.available(), 'i16', int16.available())" >&2
+if [ -n "${TESTS:-}" ]; then  # e.g. TESTS="tests/nn/test_amx.py tests/models/test_lm_packed.py": this CPU's kernels
+  log "pytest $TESTS"
+  timeout 240 python3 -m pytest -q -p no:cacheprovider -rs $TESTS > "$OUT/tests.log" 2>&1
+  tail -15 "$OUT/tests.log"
+fi
 if [ "${PART:-bench}" = matmul ]; then  # the products alone, by weight type, against numpy and torch
   log "matmul_bench at ${MATMUL_THREADS:-16,2} threads"
   timeout $(( $(left) - 5 )) python3 tools/matmul_bench.py --shapes down,gate,heads \
-    --types "${MATMUL_TYPES:-i16,f32,f16,bf16,q8_0,q4_k}" --threads "${MATMUL_THREADS:-16,2}" --repack --numpy \
+    --types "${MATMUL_TYPES:-amx,i16,f32,f16,bf16,q8_0,q4_k}" --threads "${MATMUL_THREADS:-16,2}" --repack --numpy \
     --torch python3 --json "$OUT/xeon-matmul.jsonl" 2>&1 |
     tee "$OUT/xeon-matmul.md"
   exit 0
@@ -91,6 +100,19 @@ if [ "${PART:-bench}" = batch ]; then  # does packing requests pay on this many-
   exit 0
 fi
 
+if [ "${PART:-bench}" = profile ]; then  # where an LM step's and a decode's time goes, op by op (tools/op_profile.py)
+  q=${QUANTS%%,*}; products=auto; [[ $q == *:* ]] && products=${q#*:}
+  lm=$W/gguf-cpu/omnivoice-base-$(echo "${q%%:*}" | tr a-z A-Z).gguf
+  for t in ${PROFILE_THREADS:-16 2}; do
+    log "op_profile lm ($lm) and decode at $t threads"
+    OMNIVOICE_CPU_PRODUCTS=$products timeout $(( $(left) / 3 )) python3 tools/op_profile.py lm --lm "$lm" --shape auto5 \
+      --threads "$t" --top 14 2>&1 | tee "$OUT/profile-lm-T$t.md"
+    timeout $(( $(left) / 3 )) python3 tools/op_profile.py decode --codec "$W"/gguf-cpu/*tokenizer*.gguf --threads "$t" \
+      --top 10 2>&1 | tee "$OUT/profile-decode-T$t.md"
+  done
+  exit 0
+fi
+
 # 3b. With PARITY=1 (carry .devcarry/ref_auto5.npz, tools/device/prepare_carry.sh): each type's step-0 logits and
 # teacher-forced choices against the reference's float32 dump (tools/lm_parity_full.py), e.g. to check a layout
 # this CPU's build adds (AMX).
@@ -109,6 +131,6 @@ bench() {  # threads cases seconds quants
     --ref-dtype float32 --cases "$2" --steps "$STEPS" --repeats "$REPEATS" --warmup "$WARMUP" --timeout 240 \
     --json "$OUT/xeon-cpu-T$1.json" --markdown "$OUT/xeon-cpu-T$1.md" 2>&1 | tee "$OUT/xeon-cpu-T$1.log" | tail -30
 }
-bench 16 auto5,clone5 $(( $(left) * 2 / 5 )) "$QUANTS"
-bench 2 auto5 $(( $(left) - 10 )) "$QUANTS_T2"
+[ -z "${CASES_T16-auto5,clone5}" ] || bench 16 "${CASES_T16-auto5,clone5}" $(( $(left) * 2 / 5 )) "$QUANTS"
+bench 2 "${CASES_T2:-auto5}" $(( $(left) - 10 )) "$QUANTS_T2"
 log "done, $(left) s left"
