@@ -1,8 +1,8 @@
 /* omnivoice/csrc/amx.c compiled with its tile instructions replaced by C that does what Intel's manual says they
  * do (TILELOADD, TILESTORED, TILEZERO, TDPBF16PS: C[m][n] += sum over k-pairs p of A[m][2p] B[p][2n] +
  * A[m][2p+1] B[p][2n+1], products of BF16 values summed in F32), so that the kernel's packing, tile indexing and
- * edges are tested on any x86 CPU (tests/nn/test_amx_emulated.py), not only where AMX exists. Built by the test with the
- * system's C compiler and the ggml headers. */
+ * edges are tested on any x86 CPU (tests/nn/test_amx_emulated.py), not only where AMX exists. Built by the test
+ * with the system's C compiler and the ggml headers. */
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
