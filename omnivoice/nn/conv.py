@@ -155,10 +155,11 @@ _COLUMNS_PARAMS: dict = {}
 
 
 def _columns_params(*params: int):
-    """The userdata of omnivoice_conv_columns: int64 {K, stride, dilation, padding}, one cdata per combination,
-    kept for the process (a graph holds the pointer for as long as it is replayed; a model has a handful)."""
+    """The userdata of omnivoice_conv_columns (int64 {K, stride, dilation, padding}) and of omnivoice_pad_cols
+    (int64 {left}): one cdata per combination, kept for the process (a graph holds the pointer for as long as it
+    is replayed; a model has a handful)."""
     if params not in _COLUMNS_PARAMS:
-        _COLUMNS_PARAMS[params] = ffi.new("int64_t[4]", list(params))
+        _COLUMNS_PARAMS[params] = ffi.new(f"int64_t[{len(params)}]", list(params))
     return _COLUMNS_PARAMS[params]
 
 
@@ -172,11 +173,17 @@ def pad_columns(ctx, x, left: int, right: int, cpu: bool = False):
 
     On GPUs a contiguous x is padded as one flat row of C*T values (the same bytes): CUDA's PAD kernel puts ne1
     in its grid's y dimension, which holds at most 65535, and the DAC's last transposed conv pads 80 000 columns
-    for 20 s of audio ("invalid argument", found on the H200). The CPU's PAD splits the columns among the
-    threads, and a flat row is one column: one thread then padded it all (the 5 s decode's three pads took
-    40 ms of 247 on the 16-thread Xeon, 24 of 634 on 2 of its threads; tools/op_profile.py decode)."""
+    for 20 s of audio ("invalid argument", found on the H200). On the CPU (`cpu`) a contiguous F32 x is padded
+    by the package's node (csrc/ops.c omnivoice_pad_cols: memset and memcpy on every thread); ggml's CPU PAD goes
+    value by value, and on the flat row on one thread (the 5 s decode's pads took 40 ms of 247 on the 16-thread
+    Xeon), by columns 30 ms of 1.07 s on the 2-core Zen 3 (tools/op_profile.py decode)."""
     C, T = x.ne[0], x.ne[1]
-    if not cpu and lib.ggml_is_contiguous(x) and lib.ggml_nelements(x) == C * T:
+    flat = lib.ggml_is_contiguous(x) and lib.ggml_nelements(x) == C * T
+    if cpu and flat and ops is not None and x.type == types.F32:
+        args = ffi.new("struct ggml_tensor *[1]", [x])
+        return lib.ggml_custom_4d(ctx, types.F32, C, left + T + right, 1, 1, args, 1, ops.omnivoice_pad_cols, -1,
+                                  _columns_params(left))
+    if not cpu and flat:
         flat = lib.ggml_pad_ext(ctx, lib.ggml_reshape_1d(ctx, x, C * T), left * C, right * C, 0, 0, 0, 0, 0, 0)
         return lib.ggml_reshape_2d(ctx, flat, C, left + T + right)
     return lib.ggml_pad_ext(ctx, x, 0, 0, left, right, 0, 0, 0, 0)

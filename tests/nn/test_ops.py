@@ -91,6 +91,20 @@ def test_concat_columns_is_numpys(cpu_run, one_thread_cpu_run, rng, lengths):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("left,right", [(3, 3), (0, 5), (7, 0)])
+def test_pad_columns_cpu_node_is_numpys(cpu_run, one_thread_cpu_run, rng, left, right):
+    """The CPU's pad node (csrc/ops.c omnivoice_pad_cols, memset and memcpy) on one thread and several: numpy's
+    zero padding along T of x [C, T], bit for bit, as ggml's PAD gives it."""
+    from omnivoice.nn.conv import pad_columns
+
+    x = rng.standard_normal((37, 24)).astype(np.float32)  # ggml [24, 37]
+    want = np.pad(x, ((left, right), (0, 0)))
+    for run in (cpu_run, one_thread_cpu_run):
+        np.testing.assert_array_equal(run(lambda ctx, ws, x: pad_columns(ctx, x, left, right, cpu=True), {"x": x}),
+                                      want)
+    np.testing.assert_array_equal(cpu_run(lambda ctx, ws, x: pad_columns(ctx, x, left, right), {"x": x}), want)
+
+
 def test_layer_norm(run, rng):
     x = (rng.standard_normal((6, 96)) * 2 + 1).astype(np.float32)
     w, b = rng.standard_normal(96).astype(np.float32), rng.standard_normal(96).astype(np.float32)
