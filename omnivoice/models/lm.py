@@ -141,7 +141,8 @@ class LMWeights:
 
 def products(variant: Variant, packed: "PackedProducts | None"):
     """The graph's two product functions (variant.product, variant.attn_out_product), through the package's CPU
-    kernel for the matrices the loader packed for it."""
+    kernel for the matrices the loader packed for it; new ones each call (a layer's build: they share the casts
+    of their inputs, PackedProducts.over)."""
     if packed is None:
         return variant.product, variant.attn_out_product
     return packed.over(variant.product), packed.over(variant.attn_out_product)

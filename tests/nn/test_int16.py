@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnivoice.ggml import lib
+from omnivoice.ggml import ffi, lib
 from omnivoice.nn import int16
 
 pytestmark = pytest.mark.skipif(not int16.available(), reason="no AVX2 int16 kernel on this CPU or build")
@@ -104,6 +104,39 @@ def test_products_fall_back(cpu_run, rng):
     want = x @ w.T
     assert 0 < np.max(np.abs(y_w - want)) < 2e-3 * np.max(np.abs(want))  # the kernel: quantized
     np.testing.assert_allclose(y_other, x @ other.T, rtol=1e-5, atol=1e-5)  # ggml's F32 product
+
+
+def test_products_of_one_input_share_its_cast(cpu_run, rng):
+    """PackedProducts.over casts an input once for all its products (the AMX kernel's BF16 cast: q, k and v
+    share one), here with the int16 kernel made to take a cast (F32 to F32) first: the three products of x read one
+    cast, the product of another input its own, and the results are those of unshared casts."""
+    import dataclasses
+
+    from omnivoice.ggml import WeightStore, types
+    from omnivoice.nn.packed import PackedProducts
+
+    ws = {n: rng.standard_normal((32, 256)).astype(np.float32) for n in ("q", "k", "v")}
+    x, other = (rng.standard_normal((5, 256)).astype(np.float32) for _ in range(2))
+    store = WeightStore.from_arrays(cpu_run.runtime, ws)
+    sources = []
+    try:
+        products = PackedProducts(dataclasses.replace(int16.KERNEL, input_type=types.F32))
+        for n in ws:
+            products.add(store[n], ws[n])
+
+        def build(ctx, _, x, other):
+            product = products.over(lib.ggml_mul_mat)
+            ys = [product(ctx, store[n], x) for n in ws] + [product(ctx, store["q"], other)]
+            sources.extend(int(ffi.cast("uintptr_t", y.src[0])) for y in ys)
+            return tuple(ys)
+
+        shared = cpu_run(build, {"x": x, "other": other}, outputs=("q", "k", "v", "q_other"))
+    finally:
+        store.close()
+    assert sources[0] == sources[1] == sources[2] != sources[3]
+    alone = [product(cpu_run, ws[n], x) for n in ws] + [product(cpu_run, ws["q"], other)]
+    for got, want in zip(shared, alone):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_pack_refuses_other_shapes():
