@@ -391,18 +391,19 @@ def joint_qk_norm_rope(ctx, layer: LMLayer, cfg: LMConfig, cur, pos, product):
 
 # --------------------------------------------------------------------------------- MaskGIT sampling in-graph
 
-def log_softmax(ctx, x):
-    """log_softmax over ne0 of x [V, N]: (x - max) - log(sum(exp(x - max))), as torch computes it.
+def log_softmax(ctx, x, cpu: bool = False):
+    """log_softmax over ne0 of x [V, N]: (x - max) - log(sum(exp(x - max))), as torch computes it. `cpu`: the
+    graph runs on the CPU backend (nn.row_max's node).
 
     sum(exp(x - max)) is 1 / max(softmax(x)), since the largest term is exp(0): one fused, vectorised softmax
     pass and a [1, N] log replace an elementwise exp and a row sum (half the time on the CPU, same error).
     """
-    shifted = lib.ggml_sub(ctx, x, nn.row_max(ctx, x))
-    log_max_p = lib.ggml_log(ctx, nn.row_max(ctx, lib.ggml_soft_max(ctx, x)))             # [1, N] = -lse
+    shifted = lib.ggml_sub(ctx, x, nn.row_max(ctx, x, cpu))
+    log_max_p = lib.ggml_log(ctx, nn.row_max(ctx, lib.ggml_soft_max(ctx, x), cpu))        # [1, N] = -lse
     return lib.ggml_add(ctx, shifted, log_max_p)
 
 
-def guided_log_probs(ctx, cond, uncond, guidance_scale: float):
+def guided_log_probs(ctx, cond, uncond, guidance_scale: float, cpu: bool = False):
     """The reference's CFG, log_softmax(c + g (c - u)) with c, u the log_softmax of each row's logits, computed
     as log_softmax((1 + g) cond - g uncond).
 
@@ -411,20 +412,20 @@ def guided_log_probs(ctx, cond, uncond, guidance_scale: float):
     the log-probs, which the token parity tests bound.
     """
     if guidance_scale == 0:
-        return log_softmax(ctx, cond)
+        return log_softmax(ctx, cond, cpu)
     z = lib.ggml_sub(ctx, lib.ggml_scale(ctx, cond, 1.0 + guidance_scale), lib.ggml_scale(ctx, uncond, guidance_scale))
-    return log_softmax(ctx, z)
+    return log_softmax(ctx, z, cpu)
 
 
-def guided_log_probs_per_column(ctx, cond, uncond, keep, mix):
+def guided_log_probs_per_column(ctx, cond, uncond, keep, mix, cpu: bool = False):
     """guided_log_probs with a guidance scale g per column (prompts of a batch with different settings):
     log_softmax(keep * cond - mix * uncond), keep = 1 + g and mix = g as [1, N]. A column with g = 0 gets
     log_softmax(cond) bit for bit (cond * 1 - uncond * 0 is cond), as guided_log_probs gives it."""
     z = lib.ggml_sub(ctx, lib.ggml_mul(ctx, cond, keep), lib.ggml_mul(ctx, uncond, mix))
-    return log_softmax(ctx, z)
+    return log_softmax(ctx, z, cpu)
 
 
-def greedy_pick(ctx, log_probs, class_bias):
+def greedy_pick(ctx, log_probs, class_bias, cpu: bool = False):
     """argmax and max over classes after adding `class_bias` [V] (-inf on the mask id): ([N] i32, [1, N])."""
     masked = lib.ggml_add(ctx, log_probs, class_bias)
-    return lib.ggml_argmax(ctx, masked), nn.row_max(ctx, masked)
+    return lib.ggml_argmax(ctx, masked), nn.row_max(ctx, masked, cpu)

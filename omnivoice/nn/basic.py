@@ -101,14 +101,19 @@ def _pool_max(ctx, x, k: int):
     return lib.ggml_pool_2d(ctx, x, lib.GGML_OP_POOL_MAX, k, 1, k, 1, 0, 0)
 
 
-def row_max(ctx, x):
+def row_max(ctx, x, cpu: bool = False):
     """Max over ne0 of x [V, N] -> [1, N], exact (ggml has no max reduction; every backend has POOL_2D).
 
     Done in two max pools over a factorisation V = a * b where V has one: GPU pool kernels run a thread per
     output, so one pool spanning the row loops V times in each of only N threads (1.5 ms per step of the LM
-    at V = 1025 on an H200); two pools of 25 and 41 keep every thread short.
+    at V = 1025 on an H200); two pools of 25 and 41 keep every thread short. `cpu` (the graph runs on the CPU
+    backend, x F32 with contiguous rows): one node of the package's C kernel (csrc/ops.c omnivoice_row_max) on
+    every thread, where ggml's CPU POOL_2D runs on one; the same maxima (a row with a NaN gives NaN).
     """
     V, N = x.ne[0], x.ne[1]
+    if cpu and ops is not None and x.type == types.F32 and x.nb[0] == 4 and x.ne[2] == 1 and x.ne[3] == 1:
+        args = ffi.new("struct ggml_tensor *[1]", [x])
+        return lib.ggml_custom_4d(ctx, types.F32, 1, N, 1, 1, args, 1, ops.omnivoice_row_max, -1, ffi.NULL)
     a = max((d for d in range(2, math.isqrt(V) + 1) if V % d == 0), default=None)
     cur = _pool_max(ctx, _pool_max(ctx, x, a), V // a) if a else _pool_max(ctx, x, V)
     return lib.ggml_reshape_2d(ctx, cur, 1, N)

@@ -429,7 +429,8 @@ class ChunkSession:
                 g.output(f"uncond_logits_{i}", uncond)
             cond2 = lib.ggml_reshape_2d(g.ctx, cond, cfg.audio_vocab, C * T)                       # [V, C*T]
             uncond2 = lib.ggml_reshape_2d(g.ctx, uncond, cfg.audio_vocab, C * T)
-            g.output(f"log_probs_{i}", lm_graph.guided_log_probs(g.ctx, cond2, uncond2, self.guidance_scale[i]))
+            g.output(f"log_probs_{i}", lm_graph.guided_log_probs(g.ctx, cond2, uncond2, self.guidance_scale[i],
+                                                                 cpu=not self.model.runtime.is_gpu))
         g.allocate()
         self._key = key
 
@@ -438,6 +439,7 @@ class ChunkSession:
         `score` over their C * T targets, prompt after prompt (and each prompt's logits with_logits)."""
         cfg, w, c, C, V = self.cfg, self.model.weights, self.constants, self.cfg.n_codebook, self.cfg.audio_vocab
         S = sum(self.prompts[i].n_target for i in self._greedy)
+        cpu = not self.model.runtime.is_gpu
         logits = lm_graph.audio_logits(g.ctx, w, cfg, lib.ggml_get_rows(g.ctx, h, c["heads_index"]),
                                        self.model.variant)                                     # [V, C, 2S]
         row = logits.nb[1]
@@ -452,10 +454,11 @@ class ChunkSession:
                                                               (off + at) * logits.nb[2]))
                 at += T
         if len(self._scales) > 1:
-            lp = lm_graph.guided_log_probs_per_column(g.ctx, cond, uncond, c["guidance_keep"], c["guidance_mix"])
+            lp = lm_graph.guided_log_probs_per_column(g.ctx, cond, uncond, c["guidance_keep"], c["guidance_mix"],
+                                                      cpu)
         else:
-            lp = lm_graph.guided_log_probs(g.ctx, cond, uncond, self._scales[0])                   # [V, C*S]
-        pred, score = lm_graph.greedy_pick(g.ctx, lp, w.class_bias)
+            lp = lm_graph.guided_log_probs(g.ctx, cond, uncond, self._scales[0], cpu)              # [V, C*S]
+        pred, score = lm_graph.greedy_pick(g.ctx, lp, w.class_bias, cpu)
         g.output("pred", pred)
         g.output("score", score)
 

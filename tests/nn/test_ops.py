@@ -404,6 +404,25 @@ def test_row_max(run, rng, V):
     np.testing.assert_array_equal(y.reshape(13), x.max(axis=1))
 
 
+@pytest.mark.parametrize("V", [1025, 7])
+def test_row_max_cpu_node(cpu_run, one_thread_cpu_run, rng, V):
+    """The CPU's row-max node (csrc/ops.c omnivoice_row_max) on rows read with a stride (a view of every other
+    row), on one thread and several: numpy's maxima, a row with a NaN NaN, a row of -inf -inf."""
+    x = rng.standard_normal((26, V)).astype(np.float32)
+    x[4, V // 2], x[6, 0], x[8, -1] = 50.0, 60.0, 70.0
+    x[10, V - 1] = np.nan
+    x[12] = -np.inf
+
+    def build(ctx, ws, x):
+        every_other = lib.ggml_view_2d(ctx, x, V, 13, 2 * x.nb[1], 0)
+        return nn.row_max(ctx, every_other, cpu=True)
+
+    want = x[::2].max(axis=1)
+    assert np.isnan(want[5]) and want[6] == -np.inf
+    for run in (cpu_run, one_thread_cpu_run):
+        np.testing.assert_array_equal(run(build, {"x": x}).reshape(13), want)
+
+
 # --------------------------------------------------------------------------------------------- convolution
 def conv1d_ref(x, w, b, stride, padding, dilation, groups):
     """x (IC, T), w (OC, IC/g, K) -> (OC, T_out), PyTorch semantics."""
