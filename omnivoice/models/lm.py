@@ -192,10 +192,7 @@ def concat(ctx, parts: list, dim: int, cpu: bool = False):
             and all(p.type == types.F32 and p.ne[2] == 1 and p.ne[3] == 1 and lib.ggml_is_contiguous(p)
                     for p in parts)):
         return nn.concat_columns(ctx, parts)
-    while len(parts) > 1:
-        parts = [lib.ggml_concat(ctx, parts[i], parts[i + 1], dim) if i + 1 < len(parts) else parts[i]
-                 for i in range(0, len(parts), 2)]
-    return parts[0]
+    return nn.concat(ctx, parts, dim)
 
 
 def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | None, contiguous_qk: bool = False,

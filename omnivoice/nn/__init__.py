@@ -6,13 +6,13 @@ Layout conventions (ggml order, ne0 first):
                                          the semantic encoder) or channels-last [C, T] (*_cl: the DAC)
 """
 
-from .basic import (add_bias, concat_columns, embedding, gelu, group_norm, layer_norm, linear, rms_norm, row_max,
+from .basic import (add_bias, concat, concat_columns, embedding, gelu, group_norm, layer_norm, linear, rms_norm, row_max,
                     swiglu, transpose)
 from .attention import attention, rope_neox
 from .conv import (conv1d, conv1d_cl, conv_transpose1d, conv_transpose1d_cl, conv_transpose_weight_cl, conv_weight_cl,
                    snake)
 
-__all__ = ["add_bias", "concat_columns", "embedding", "gelu", "group_norm", "layer_norm", "linear", "rms_norm",
+__all__ = ["add_bias", "concat", "concat_columns", "embedding", "gelu", "group_norm", "layer_norm", "linear", "rms_norm",
            "row_max", "swiglu",
            "transpose", "attention", "rope_neox", "conv1d", "conv1d_cl", "conv_transpose1d", "conv_transpose1d_cl",
            "conv_transpose_weight_cl", "conv_weight_cl", "snake"]

@@ -27,35 +27,51 @@ def rms_norm(ctx, x, w, eps: float, cpu: bool = False):
     vectorised) where the build has it and x and w are F32."""
     if cpu and ops is not None and x.type == types.F32 and w.type == types.F32 and x.nb[0] == 4 \
             and lib.ggml_nelements(w) == x.ne[0]:
-        return lib.ggml_map_custom2(ctx, x, w, ops.omnivoice_rms_norm_rows, -1, _eps(eps))
+        return lib.ggml_map_custom2(ctx, x, w, ops.omnivoice_rms_norm_rows, -1, kept("float[1]", eps))
     return lib.ggml_mul(ctx, lib.ggml_rms_norm(ctx, x, eps), w)
 
 
-_EPS: dict[float, object] = {}  # the eps a custom norm node reads, one float each, kept for the process
+_KEPT: dict = {}
 
 
-def _eps(eps: float):
-    if eps not in _EPS:
-        _EPS[eps] = ffi.new("float *", eps)
-    return _EPS[eps]
+def kept(ctype: str, *values):
+    """A cdata of `ctype` holding `values`, the userdata a custom node reads: one per (ctype, values), kept for
+    the process (a graph holds the pointer for as long as it is replayed; a model has a handful)."""
+    key = (ctype, values)
+    if key not in _KEPT:
+        _KEPT[key] = ffi.new(ctype, list(values))
+    return _KEPT[key]
 
 
 MAX_SRC = 9  # ggml_custom_4d takes fewer than GGML_MAX_SRC (10) sources
+
+
+def custom_node(ctx, fn, ne0: int, ne1: int, srcs: list, userdata=ffi.NULL, type_: int = types.F32):
+    """A [ne0, ne1] node that the package's C kernel `fn` (csrc) computes from `srcs` (at most MAX_SRC) on all
+    of ggml's CPU threads: ggml_custom_4d."""
+    args = ffi.new("struct ggml_tensor *[]", srcs)
+    return lib.ggml_custom_4d(ctx, type_, ne0, ne1, 1, 1, args, len(srcs), fn, -1, userdata)
+
+
+def concat(ctx, parts: list, dim: int):
+    """The parts joined along `dim` by ggml's CONCAT, pairwise in a balanced tree (each value is copied log2(len)
+    times)."""
+    while len(parts) > 1:
+        parts = [lib.ggml_concat(ctx, parts[i], parts[i + 1], dim) if i + 1 < len(parts) else parts[i]
+                 for i in range(0, len(parts), 2)]
+    return parts[0]
 
 
 def concat_columns(ctx, parts: list):
     """Contiguous F32 [E, n_i] side by side -> [E, sum n_i], on the CPU backend: nodes of the package's C kernel
     (csrc/ops.c omnivoice_concat_cols, memcpy on every thread; ggml's CPU CONCAT copies value by value, along
     dim 1 on one thread), up to MAX_SRC parts a node. Without the package's kernels, ggml's CONCATs."""
+    if ops is None:
+        return concat(ctx, parts, 1)
     while len(parts) > 1:
-        if ops is None:
-            parts = [lib.ggml_concat(ctx, parts[i], parts[i + 1], 1) if i + 1 < len(parts) else parts[i]
-                     for i in range(0, len(parts), 2)]
-            continue
         groups = [parts[i:i + MAX_SRC] for i in range(0, len(parts), MAX_SRC)]
-        parts = [g[0] if len(g) == 1 else lib.ggml_custom_4d(
-            ctx, types.F32, g[0].ne[0], sum(p.ne[1] for p in g), 1, 1, ffi.new("struct ggml_tensor *[]", g), len(g),
-            ops.omnivoice_concat_cols, -1, ffi.NULL) for g in groups]
+        parts = [g[0] if len(g) == 1 else
+                 custom_node(ctx, ops.omnivoice_concat_cols, g[0].ne[0], sum(p.ne[1] for p in g), g) for g in groups]
     return parts[0]
 
 
@@ -112,8 +128,7 @@ def row_max(ctx, x, cpu: bool = False):
     """
     V, N = x.ne[0], x.ne[1]
     if cpu and ops is not None and x.type == types.F32 and x.nb[0] == 4 and x.ne[2] == 1 and x.ne[3] == 1:
-        args = ffi.new("struct ggml_tensor *[1]", [x])
-        return lib.ggml_custom_4d(ctx, types.F32, 1, N, 1, 1, args, 1, ops.omnivoice_row_max, -1, ffi.NULL)
+        return custom_node(ctx, ops.omnivoice_row_max, 1, N, [x])
     a = max((d for d in range(2, math.isqrt(V) + 1) if V % d == 0), default=None)
     cur = _pool_max(ctx, _pool_max(ctx, x, a), V // a) if a else _pool_max(ctx, x, V)
     return lib.ggml_reshape_2d(ctx, cur, 1, N)

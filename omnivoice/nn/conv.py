@@ -16,7 +16,7 @@ import logging
 import numpy as np
 
 from ..ggml import callback_error, ffi, lib, ops, types
-from .basic import add_bias
+from .basic import add_bias, custom_node, kept
 
 
 def conv1d(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1):
@@ -93,9 +93,8 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
         return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, x), b)                        # [OC, T]
     if cpu and ops is not None and x.type == types.F32 and x.nb[0] == 4:
         # the package's C kernel (csrc/ops.c) writes every column row once, zeros included
-        args = ffi.new("struct ggml_tensor *[1]", [x])
-        cols = lib.ggml_custom_4d(ctx, x.type, IC * K, t_out, 1, 1, args, 1, ops.omnivoice_conv_columns, -1,
-                                  _columns_params(K, stride, dilation, padding))            # [IC*K, T_out]
+        cols = custom_node(ctx, ops.omnivoice_conv_columns, IC * K, t_out, [x],
+                           kept("int64_t[4]", K, stride, dilation, padding))                # [IC*K, T_out]
     elif cpu:
         cols = _tap_columns(ctx, x, K, t_out, stride, padding, dilation)                   # [IC*K, T_out]
     else:
@@ -151,18 +150,6 @@ def _tap_columns(ctx, x, K: int, t_out: int, stride: int, padding: int, dilation
     return cols
 
 
-_COLUMNS_PARAMS: dict = {}
-
-
-def _columns_params(*params: int):
-    """The userdata of omnivoice_conv_columns (int64 {K, stride, dilation, padding}) and of omnivoice_pad_cols
-    (int64 {left}): one cdata per combination, kept for the process (a graph holds the pointer for as long as it
-    is replayed; a model has a handful)."""
-    if params not in _COLUMNS_PARAMS:
-        _COLUMNS_PARAMS[params] = ffi.new(f"int64_t[{len(params)}]", list(params))
-    return _COLUMNS_PARAMS[params]
-
-
 @ffi.callback("void(struct ggml_tensor *, int, int, void *)", onerror=callback_error)
 def _nothing(dst, ith, nth, _user):
     """ggml custom op that leaves its output as allocated (it is overwritten whole by the nodes after it)."""
@@ -180,9 +167,7 @@ def pad_columns(ctx, x, left: int, right: int, cpu: bool = False):
     C, T = x.ne[0], x.ne[1]
     flat = lib.ggml_is_contiguous(x) and lib.ggml_nelements(x) == C * T
     if cpu and flat and ops is not None and x.type == types.F32:
-        args = ffi.new("struct ggml_tensor *[1]", [x])
-        return lib.ggml_custom_4d(ctx, types.F32, C, left + T + right, 1, 1, args, 1, ops.omnivoice_pad_cols, -1,
-                                  _columns_params(left))
+        return custom_node(ctx, ops.omnivoice_pad_cols, C, left + T + right, [x], kept("int64_t[1]", left))
     if not cpu and flat:
         flat = lib.ggml_pad_ext(ctx, lib.ggml_reshape_1d(ctx, x, C * T), left * C, right * C, 0, 0, 0, 0, 0, 0)
         return lib.ggml_reshape_2d(ctx, flat, C, left + T + right)

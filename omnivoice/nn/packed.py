@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from ..ggml import ffi, lib, ops, types
+from .basic import custom_node
 
 
 @dataclass(frozen=True)
@@ -73,9 +74,7 @@ class PackedMatrix:
         """W x for x [K, N] F32 with contiguous rows -> [M, N] F32: one custom node on ggml's threads, after a
         cast node where the kernel takes another input type (Kernel.prepare) unless `prepared` is that cast."""
         x = self.kernel.prepare(ctx, x) if prepared is None else prepared
-        args = ffi.new("struct ggml_tensor *[1]", [x])
-        return lib.ggml_custom_4d(ctx, types.F32, self.M, x.ne[1], 1, 1, args, 1, self.kernel.symbol("mul_mat"),
-                                  -1, self.userdata)
+        return custom_node(ctx, self.kernel.symbol("mul_mat"), self.M, x.ne[1], [x], self.userdata)
 
 
 def _address(t) -> int:
