@@ -167,7 +167,7 @@ class OmniVoice:
             lm_path, codec_path = resolve_model(model, codec, quant, prefer=default_quant(self.runtime.device.backend))
             self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16,
                                     cpu_products=cpu_products)
-            self.codec = load_codec(codec_path, runtime=self.runtime)
+            self.codec = load_codec(codec_path, runtime=self.runtime, cpu_products=cpu_products)
             _check_pair(self.lm.metadata, self.codec.metadata, lm_path, codec_path)
             self.tokenizer = Tokenizer.from_gguf(str(lm_path))
         except BaseException:

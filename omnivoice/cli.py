@@ -125,12 +125,16 @@ def add_quant_option(group) -> None:
                             f"repo of GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on "
                             "CUDA, f16 on other GPUs; on the CPU by its kernels: bf16 with AMX or AVX-512 BF16, f16 "
                             "with AVX2 and F16C, else f32)")
-    group.add_argument("--cpu-products", choices=("auto", "ggml", "i16", "amx"), default=None,
-                       help="the LM's matrix products on the CPU: ggml's, or one of the package's kernels (2 bytes "
-                            "a weight in memory): i16, 13-bit integers for x86 with AVX2 (F16's rounding, 1.4-1.8x "
-                            "ggml's products on AVX2 CPUs), amx, BF16 on Intel's AMX tiles (BF16's rounding, 1.5-2.1x "
-                            "ggml's Q8_0 on AMX); default OMNIVOICE_CPU_PRODUCTS, else auto: for every weight type "
-                            "but f32, amx on CPUs with AMX-BF16, i16 on AVX2 CPUs without AVX-512, ggml's otherwise")
+    from .runners.lm import CPU_PRODUCTS
+
+    group.add_argument("--cpu-products", choices=CPU_PRODUCTS, default=None,
+                       help="the LM's matrix products on the CPU: ggml's, or one of the package's kernels: i16, "
+                            "13-bit integers for x86 with AVX2 (F16's rounding, 1.4-1.8x ggml's products on AVX2 "
+                            "CPUs; 2 bytes a weight in memory), amx, BF16 on Intel's AMX tiles (BF16's rounding, "
+                            "1.5-2.1x ggml's Q8_0 on AMX; 2 bytes a weight), fma, float32 with AVX2 or AVX-512 (4 "
+                            "bytes a weight); default OMNIVOICE_CPU_PRODUCTS, else auto: for every weight type but "
+                            "f32, amx on CPUs with AMX-BF16, i16 on AVX2 CPUs without AVX-512, ggml's otherwise. "
+                            "ggml also keeps ggml's products in the codec, whose convolutions run on fma otherwise")
 
 
 def add_sampler_options(group) -> None:

@@ -57,6 +57,8 @@ WORKER = REPO / "tools" / "bench_worker.py"
 QUANTS = ("f32", "f16", "bf16", "q8_0", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q4_k_s", "q4_k_m", "q5_k_s",
           "q5_k_m", "q6_k")
 REF_DTYPES = ("float32", "bfloat16", "float16")
+# the CPU products a worker can be asked for (omnivoice.runners.lm.CPU_PRODUCTS; not imported, as above)
+PRODUCTS = ("auto", "ggml", "i16", "amx", "fma")
 
 TEXT_SHORT = "Hello world. This is a test."
 TEXT_LONG = ("The old lighthouse keeper climbed the stairs every evening, counting each step as he went. "
@@ -396,7 +398,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--backend", default="cpu",
                     help="our ggml backend: cpu, cuda, vulkan, ... (default cpu); a comma list runs each")
     ap.add_argument("--quant", default="f32", help=f"our LM storage, a comma list of {', '.join(QUANTS)}; "
-                    "QUANT:PRODUCTS also picks the CPU's products (auto, ggml, i16 or amx: OmniVoice's cpu_products), "
+                    f"QUANT:PRODUCTS also picks the CPU's products ({', '.join(PRODUCTS)}: OmniVoice's cpu_products), "
                     "e.g. f16:ggml,f16:i16")
     ap.add_argument("--flash-attn", choices=("auto", "on", "off"), default="auto", help="ours (default auto)")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads of both sides (default: all cores)")
@@ -422,7 +424,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", default=None, help="write the full report here")
     ap.add_argument("--markdown", default=None, help="also write the markdown tables here")
     args = ap.parse_args(argv)
-    args.quants = _list(args.quant, [f"{q}{p}" for q in QUANTS for p in ("", ":auto", ":ggml", ":i16", ":amx")],
+    args.quants = _list(args.quant, [f"{q}{p}" for q in QUANTS for p in ("",) + tuple(":" + k for k in PRODUCTS)],
                         "--quant")
     args.ref_dtypes = _list(args.ref_dtype, REF_DTYPES, "--ref-dtype")
     args.case_names = _list(args.cases, tuple(CASES), "--cases")

@@ -84,7 +84,17 @@ def _load_ops():
              "int64_t omnivoice_amx_packed_bytes(int64_t, int64_t);"
              "int omnivoice_amx_supported(void);"
              "void omnivoice_amx_pack(const float *, int64_t, int64_t, void *);"
-             "void omnivoice_amx_mul_mat(struct ggml_tensor *, int, int, void *);")
+             "void omnivoice_amx_mul_mat(struct ggml_tensor *, int, int, void *);"
+             "struct omnivoice_fma_weight { const void * data; int64_t M, K; };"
+             "struct omnivoice_fma_conv { const struct omnivoice_fma_weight * w; int64_t taps, stride, dilation,"
+             " padding; };"
+             "int64_t omnivoice_fma_packed_bytes(int64_t, int64_t);"
+             "int omnivoice_fma_supported(void);"
+             "void omnivoice_fma_pack(const float *, int64_t, int64_t, void *);"
+             "int omnivoice_fma_cols_per_group(void);"
+             "void omnivoice_fma_pack_cols(struct ggml_tensor *, int, int, void *);"
+             "void omnivoice_fma_mul_mat(struct ggml_tensor *, int, int, void *);"
+             "void omnivoice_fma_conv(struct ggml_tensor *, int, int, void *);")
     return ffi.dlopen(str(path))
 
 

@@ -82,8 +82,8 @@ def read_config(f: GGUFFile) -> CodecConfig:
 class _Builder:
     """Records of the codec's modules from a TensorLoader; every tensor F32 and of the shape given."""
 
-    def __init__(self, t: TensorLoader, snake_eps: float, cpu: bool = False) -> None:
-        self.t, self.eps, self.cpu = t, np.float32(snake_eps), cpu
+    def __init__(self, t: TensorLoader, snake_eps: float, cpu: bool = False, fma_convs: bool = False) -> None:
+        self.t, self.eps, self.cpu, self.fma_convs = t, np.float32(snake_eps), cpu, fma_convs
 
     def conv(self, module: str, ne: tuple, bias: bool = True, n_out: int | None = None, **ix) -> Conv:
         """A conv (or transposed conv, whose bias has n_out entries) with weight ne and, when `bias`, [OC]."""
@@ -100,13 +100,15 @@ class _Builder:
 
     def dac_conv(self, module: str, ne: tuple, n_out: int | None = None, **ix) -> Conv:
         """A DAC conv with its weight rearranged for channels-last activations (nn.conv_weight_cl; a transposed
-        conv's [IC, K * OC], whose bias has n_out entries, by nn.conv_transpose_weight_cl), added as NAME.cl."""
+        conv's [IC, K * OC], whose bias has n_out entries, by nn.conv_transpose_weight_cl), added as NAME.cl; on
+        the CPU with `fma_convs`, packed for the FMA kernel instead (nn.fma.PackedConv: the conv's one node reads its columns from
+        the activation, where ggml's product read a column buffer that a node had written)."""
         name = N.tensor(module, N.WEIGHT, **ix)
         self.t.info(name, ne, F32)
         values = self.t.values(name, ne)
         cl = nn.conv_transpose_weight_cl(values, n_out) if n_out else nn.conv_weight_cl(values)
-        return Conv(self.t.store.add_array(name + ".cl", cl),
-                    self.t.get(N.tensor(module, N.BIAS, **ix), (n_out or ne[-1],), F32))
+        weight = nn.fma.PackedConv.of(cl) if self.fma_convs else self.t.store.add_array(name + ".cl", cl)
+        return Conv(weight, self.t.get(N.tensor(module, N.BIAS, **ix), (n_out or ne[-1],), F32))
 
     def snake(self, module: str, c: int, *path: str, **ix) -> dac.Snake:
         """alpha and inv_beta as [C], the shape the channels-last graph multiplies by: a reshape in the graph would
@@ -211,9 +213,10 @@ def _codebook(b: _Builder, k: int, H: int, dim: int, size: int, encode: bool) ->
                         **extra)
 
 
-def load_weights(runtime: Runtime, f: GGUFFile, cfg: CodecConfig, parts: Sequence[str] = PARTS
-                 ) -> tuple[CodecWeights, WeightStore]:
-    """The tensors of `parts` ("encode", "decode") of `f`, checked, on `runtime`: (the record, its store)."""
+def load_weights(runtime: Runtime, f: GGUFFile, cfg: CodecConfig, parts: Sequence[str] = PARTS,
+                 fma_convs: bool = False) -> tuple[CodecWeights, WeightStore]:
+    """The tensors of `parts` ("encode", "decode") of `f`, checked, on `runtime`: (the record, its store).
+    `fma_convs` (a CPU runtime whose CPU runs nn.fma): the DAC's conv weights packed for that kernel."""
     parts = tuple(parts)
     if not parts or set(parts) - set(PARTS):
         raise ValueError(f"codec parts must be a non-empty subset of {PARTS}, got {list(parts)}")
@@ -228,7 +231,7 @@ def load_weights(runtime: Runtime, f: GGUFFile, cfg: CodecConfig, parts: Sequenc
     dim, size = m.int(K.CODEBOOK_DIM), cfg.codebook_size
     store = WeightStore(runtime, f.path, f.metadata, region=f.data)
     try:
-        b = _Builder(TensorLoader(f, store), cfg.snake_eps, cpu=not runtime.is_gpu)
+        b = _Builder(TensorLoader(f, store), cfg.snake_eps, cpu=not runtime.is_gpu, fma_convs=fma_convs)
         fields = dict(quantizers=tuple(_codebook(b, k, H, dim, size, encode) for k in range(cfg.n_quantizers)))
         if "decode" in parts:
             fields.update(fc2=b.linear(N.FC2, H, A), decoder=_dac_decoder(b, m, cfg, A))

@@ -6,7 +6,8 @@ codec). In channels-last a kernel-1 conv is one product on the activation itself
 K shifted views of it copied side by side (plain row copies, where im2col gathers scalars across channel rows,
 and its threads share cache lines), and a transposed conv one product plus one add of two views. With Snake as
 one CPU node (`snake(cpu=True)`) the decoder's graph for 5 s of audio went from 2.69 to 1.60 s on the 2-core
-Zen 3 (tools/op_profile.py; BENCHMARKS.md).
+Zen 3 (tools/op_profile.py; BENCHMARKS.md). On the CPU the codec's loader packs the DAC's weights for the FMA
+kernel (`fma.PackedConv`): each conv, transposed or not, is then one node that reads x where it lies.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import numpy as np
 
 from ..ggml import callback_error, ffi, lib, ops, types
+from . import fma
 from .basic import add_bias, custom_node, kept
 
 
@@ -79,7 +81,8 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
     contiguous values each, copied side by side into [IC*K, T_out] (kernel 1, stride 1, no padding needs no
     copy at all); then one product does every tap at once. `cpu`: the graph runs on the CPU backend, where one
     custom node of the package's C kernels writes the columns (without them: _tap_columns). Elsewhere one
-    IM2COL node writes them (`_im2col_columns`).
+    IM2COL node writes them (`_im2col_columns`). A weight packed for the FMA kernel (`fma.PackedConv`, the CPU's
+    codec) makes the whole conv, bias included, one node that reads its columns from x where they lie.
     """
     IC, T = x.ne[0], x.ne[1]
     K, OC = w.ne[1], w.ne[2]
@@ -88,6 +91,8 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
     t_out = (T + 2 * padding - dilation * (K - 1) - 1) // stride + 1
     if t_out < 1:
         raise ValueError(f"conv1d_cl: {T} samples are too few for kernel {K}, dilation {dilation}")
+    if isinstance(w, fma.PackedConv):
+        return fma.conv(ctx, _rows(ctx, x), w.packed, K, b, stride=stride, padding=padding, dilation=dilation)
     w2 = lib.ggml_reshape_2d(ctx, w, IC * K, OC)                                     # [IC*K, OC]
     if K == 1 and stride == 1 and padding == 0:
         return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, x), b)                        # [OC, T]
@@ -100,6 +105,11 @@ def conv1d_cl(ctx, x, w, b=None, stride: int = 1, padding: int = 0, dilation: in
     else:
         cols = _im2col_columns(ctx, x, w, stride, padding, dilation)                        # [IC*K, T_out]
     return add_bias(ctx, lib.ggml_mul_mat(ctx, w2, cols), b)                         # [OC, T_out]
+
+
+def _rows(ctx, x):
+    """x with contiguous rows (what the FMA kernel reads)."""
+    return x if x.nb[0] == 4 and x.nb[1] == 4 * x.ne[0] else lib.ggml_cont(ctx, x)
 
 
 def _im2col_columns(ctx, x, w, stride: int, padding: int, dilation: int):
@@ -195,9 +205,12 @@ def conv_transpose1d_cl(ctx, x, w, b, stride: int, padding: int, output_padding:
     if not 0 <= output_padding <= padding:
         raise ValueError(f"conv_transpose1d_cl: output_padding {output_padding} must lie in [0, padding={padding}]")
     m = K // stride
-    if m > 1:
-        x = pad_columns(ctx, x, m - 1, m - 1, cpu)                                  # [IC, T + 2(m-1)]
-    z = lib.ggml_mul_mat(ctx, w, x)                                                  # [K*OC, T + 2(m-1)]
+    if isinstance(w, fma.PackedConv):  # the padding's zero columns are the kernel's, not a copy
+        z = fma.conv(ctx, _rows(ctx, x), w.packed, 1, padding=m - 1)                 # [K*OC, T + 2(m-1)]
+    else:
+        if m > 1:
+            x = pad_columns(ctx, x, m - 1, m - 1, cpu)                              # [IC, T + 2(m-1)]
+        z = lib.ggml_mul_mat(ctx, w, x)                                              # [K*OC, T + 2(m-1)]
     es = z.nb[0]
     n = T + m - 1
 

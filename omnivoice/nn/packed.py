@@ -1,8 +1,8 @@
 """Products on the package's own CPU kernels (omnivoice/csrc): a matrix packed once at load into a kernel's
 layout, multiplied by one custom graph node.
 
-Two kernels share this plumbing: `nn.int16` (13-bit integers with VPMADDWD, x86 with AVX2) and `nn.amx` (BF16
-on Intel's AMX tiles). Each C kernel exports `<prefix>supported`, `<prefix>packed_bytes(M, K)`,
+Three kernels share this plumbing: `nn.int16` (13-bit integers with VPMADDWD, x86 with AVX2), `nn.amx` (BF16
+on Intel's AMX tiles) and `nn.fma` (float32, AVX2 or AVX-512). Each C kernel exports `<prefix>supported`, `<prefix>packed_bytes(M, K)`,
 `<prefix>pack(w, M, K, out)` and `<prefix>mul_mat`, a ggml_custom_4d function whose userdata is
 `struct <prefix>weight {data, M, K}`.
 """
@@ -21,12 +21,15 @@ from .basic import custom_node
 @dataclass(frozen=True)
 class Kernel:
     """One of the package's product kernels: `name` as `cpu_products` spells it, the C symbols' `prefix`, the
-    `block` K must be a multiple of, and the type the input is cast to before the node (None: F32 as it is)."""
+    `block` K must be a multiple of, and the type the input is cast to before the node (None: F32 as it is), or
+    `packs_input`: a node of the kernel's (`<prefix>pack_cols`) lays the input out for it first, in groups of
+    `<prefix>cols_per_group()` columns."""
 
     name: str
     prefix: str
     block: int
     input_type: int | None = None
+    packs_input: bool = False
 
     def symbol(self, name: str):
         return getattr(ops, self.prefix + name)
@@ -45,7 +48,10 @@ class Kernel:
         return len(ne) == 2 and ne[0] % self.block == 0
 
     def prepare(self, ctx, x):
-        """x as the kernel's node takes it: cast to `input_type` (a node), or x itself."""
+        """x as the kernel's node takes it: packed or cast to `input_type` (a node), or x itself."""
+        if self.packs_input:
+            n = int(self.symbol("cols_per_group")())
+            return custom_node(ctx, self.symbol("pack_cols"), x.ne[0] * n, -(-x.ne[1] // n), [x])
         return x if self.input_type is None else lib.ggml_cast(ctx, x, self.input_type)
 
 
@@ -59,7 +65,7 @@ class PackedMatrix:
                              f"got {list(values.shape)}")
         self.kernel = kernel
         self.M, self.K = (int(n) for n in values.shape)
-        self.buffer = np.empty(int(kernel.symbol("packed_bytes")(self.M, self.K)), np.uint8)
+        self.buffer = _aligned(int(kernel.symbol("packed_bytes")(self.M, self.K)))
         kernel.symbol("pack")(ffi.cast("const float *", ffi.from_buffer(values)), self.M, self.K,
                               ffi.from_buffer(self.buffer))
         # the node reads the weight through this struct: it lives as long as the PackedMatrix
@@ -72,9 +78,17 @@ class PackedMatrix:
 
     def product(self, ctx, x, prepared=None):
         """W x for x [K, N] F32 with contiguous rows -> [M, N] F32: one custom node on ggml's threads, after a
-        cast node where the kernel takes another input type (Kernel.prepare) unless `prepared` is that cast."""
-        x = self.kernel.prepare(ctx, x) if prepared is None else prepared
-        return custom_node(ctx, self.kernel.symbol("mul_mat"), self.M, x.ne[1], [x], self.userdata)
+        node that casts or packs x where the kernel takes it so (Kernel.prepare) unless `prepared` is that node."""
+        prepared = self.kernel.prepare(ctx, x) if prepared is None else prepared
+        return custom_node(ctx, self.kernel.symbol("mul_mat"), self.M, x.ne[1], [prepared], self.userdata)
+
+
+def _aligned(nbytes: int, to: int = 64) -> np.ndarray:
+    """An uninitialised byte array whose data starts on a `to`-byte boundary. numpy's large arrays start 16 bytes
+    into their pages: a kernel's 64-byte rows of weights would then cross cache lines, and AVX-512 loads split."""
+    raw = np.empty(nbytes + to, np.uint8)
+    start = -int(raw.ctypes.data) % to
+    return raw[start:start + nbytes]
 
 
 def _address(t) -> int:
@@ -106,9 +120,9 @@ class PackedProducts:
         """A product function (ctx, w, x) that runs the packed kernel where `w` was packed and x is an F32
         matrix of rows as long as its K, and `base` (e.g. ggml_mul_mat) otherwise.
 
-        The products of one input share its cast (Kernel.prepare): q, k and v one, gate and up another, where
-        each took its own (197 BF16 casts an LM step, 11 ms of 144 on the 16-thread Xeon). The function keeps
-        the casts it made for as long as it lives: make one per graph build (models.lm.products does, per layer),
+        The products of one input share its cast or packing (Kernel.prepare): q, k and v one, gate and up
+        another, where each took its own (197 BF16 casts an LM step, 11 ms of 144 on the 16-thread Xeon). The
+        function keeps the nodes it made for as long as it lives: make one per graph build (models.lm.products does, per layer),
         never across graphs, whose tensors may reuse a freed one's address."""
         prepared: dict[int, object] = {}
 

@@ -34,6 +34,8 @@ from ..ggml import Graph, Runtime, WeightStore
 from ..gguf import open_model
 from ..loaders import codec as loader
 from ..models import codec as model
+from ..nn import fma
+from .lm import products_choice
 
 log = logging.getLogger("omnivoice")
 
@@ -351,16 +353,27 @@ class AudioCodec:
         self.close()
 
 
+def fma_convs(runtime: Runtime, cpu_products: str | None = None) -> bool:
+    """Whether the DAC's convolutions on `runtime` run on the package's FMA kernel (nn.fma; float32, like ggml's
+    products): on the CPU backend where the CPU and build have it, unless `cpu_products` (default
+    OMNIVOICE_CPU_PRODUCTS; runners.lm.products_choice) is "ggml". The decode graph of 5 s of audio took 0.77 s
+    where ggml's products took 1.28-1.32 s on the 2-core Zen 3, and 0.11 s where they took 0.21 s on the
+    16-thread Xeon (tools/op_profile.py decode; BENCHMARKS.md)."""
+    return not runtime.is_gpu and products_choice(cpu_products) != "ggml" and fma.available()
+
+
 def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None = None,
                runtime: Runtime | None = None, parts: Sequence[str] = model.PARTS,
-               encode_backend: str | None = None, **options) -> AudioCodec:
+               encode_backend: str | None = None, cpu_products: str | None = None, **options) -> AudioCodec:
     """Load the codec GGUF (arch omnivoice-tokenizer) onto `runtime`, or onto a new Runtime(backend, threads)
     that the codec then owns and closes.
 
     `parts` limits what is uploaded: ("decode",) for synthesis only, ("encode",) for voice-cloning prompts.
     `encode_backend` (e.g. "cpu") puts the encoder on a runtime of its own, see the module docstring.
+    `cpu_products` "ggml" keeps ggml's products for the DAC's convolutions on the CPU (see fma_convs).
     Extra keyword options go to AudioCodec (window_frames, context_frames, max_graphs).
     """
+    products_choice(cpu_products)  # a bad name is an error whatever the backend
     f = open_model(path, loader.ARCH)
     config = loader.read_config(f)
     parts = tuple(parts)
@@ -374,13 +387,15 @@ def load_codec(path: str | Path, backend: str = "auto", *, threads: int | None =
             runtime = Runtime(backend, n_threads=threads)
             owned.append(runtime)
         split = encode_backend is not None and "encode" in parts
-        weights, store = loader.load_weights(runtime, f, config, ("decode",) if split else parts)
+        weights, store = loader.load_weights(runtime, f, config, ("decode",) if split else parts,
+                                             fma_convs=fma_convs(runtime, cpu_products))
         owned.append(store)
         enc_runtime = enc_weights = None
         if split:
             enc_runtime = Runtime(encode_backend, n_threads=threads)
             owned.append(enc_runtime)
-            enc_weights, enc_store = loader.load_weights(enc_runtime, f, config, ("encode",))
+            enc_weights, enc_store = loader.load_weights(enc_runtime, f, config, ("encode",),
+                                                         fma_convs=fma_convs(enc_runtime, cpu_products))
             owned.append(enc_store)
     except BaseException:
         for obj in reversed(owned):

@@ -25,7 +25,7 @@ from ..gguf import keys as K
 from ..gguf import open_model
 from ..loaders import lm as loader
 from ..models import lm as lm_graph
-from ..nn import amx, int16
+from ..nn import amx, fma, int16
 from ..nn.packed import Kernel
 
 
@@ -54,42 +54,63 @@ class LMInput:
 MAX_GPU_POSITIONS = 65535
 
 
-CPU_PRODUCTS = ("auto", "ggml", "i16", "amx")
+CPU_PRODUCTS = ("auto", "ggml", "i16", "amx", "fma")
+# threads above which an AVX-512 CPU's F32 LM keeps ggml's products: on the 16-core Xeon the FMA kernel's LM
+# products ran at 0.65-0.98x ggml's at 8 and 16 threads, and its LM step 1.2-1.4x faster at 2 (BENCHMARKS.md)
+FMA_MAX_AVX512_THREADS = 4
+
+
+def products_choice(choice: str | None = None) -> str:
+    """`cpu_products` as asked (default OMNIVOICE_CPU_PRODUCTS, else "auto"), checked: one of CPU_PRODUCTS."""
+    choice = choice or os.environ.get("OMNIVOICE_CPU_PRODUCTS") or "auto"
+    if choice not in CPU_PRODUCTS:
+        raise ValueError(f"cpu_products must be one of {', '.join(CPU_PRODUCTS)}, got {choice!r}")
+    return choice
 
 
 def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | None = None,
                     stacked: bool = False) -> Kernel | None:
-    """The package's kernel that the LM's products run on (nn.int16, nn.amx), or None for ggml's.
+    """The package's kernel that the LM's products run on (nn.int16, nn.amx, nn.fma), or None for ggml's.
 
-    `choice` (default OMNIVOICE_CPU_PRODUCTS, else "auto"): "ggml"; "i16" or "amx" (an error where the runtime is
-    not the CPU or the CPU cannot run the kernel); or "auto", for every weight type but F32 on a CPU runtime: amx
-    where the CPU has AMX-BF16, i16 where it has AVX2 but no AVX-512. Without AVX-512 ggml's kernels are bound by
-    8-lane FMAs (or, for Q8_0 and the K-quants, integer dot products no faster), and the int16 kernel, with F16's
-    rounding error, ran the LM step 1.4-1.8x faster than ggml's F16, Q8_0 and Q4_K_M products on the 2-core Zen 3,
+    `choice` (default OMNIVOICE_CPU_PRODUCTS, else "auto"): "ggml"; "i16", "amx" or "fma" (an error where the
+    runtime is not the CPU or the CPU cannot run the kernel); or "auto", on a CPU runtime with unstacked
+    projections: for F32 weights fma, float32 like ggml's F32 products and 1.2-1.35x their speed on the 2-core
+    Zen 3 (tokens still the reference's in the parity tests; ggml's F32 GEMM reads its right operand unblocked),
+    except on AVX-512 CPUs with more than FMA_MAX_AVX512_THREADS threads;
+    for every other weight type (unless the runtime is exact_f32, which keeps ggml's products there) amx where the
+    CPU has AMX-BF16, i16 where it has AVX2 but no AVX-512. Without AVX-512 ggml's kernels are bound by 8-lane FMAs
+    (or, for Q8_0 and the K-quants, integer dot products no faster), and the int16 kernel, with F16's rounding
+    error, ran the LM step 1.4-1.8x faster than ggml's F16, Q8_0 and Q4_K_M products on the 2-core Zen 3,
     agreeing with float32 as F16 does and better than ggml's Q8_0 (whose products round the activations to 8 bits).
     With AMX, the AMX kernel's BF16 products ran 1.5-2.1x ggml's AMX Q8_0 ones on the 16-core Emerald Rapids host
     (3.5-4.7 TFLOP/s at 16 threads), agreeing with float32 as BF16 does (94 % of the teacher-forced choices against
-    Q8_0's 85 %): BENCHMARKS.md. The packed matrices take 2 bytes a weight, more than a Q8_0 or K-quant file's. F32
-    weights keep ggml's products, the reference's own arithmetic, as do an exact_f32 runtime and `stacked`
-    projections (the qk_rope variant; a kernel named is then an error)."""
-    choice = choice or os.environ.get("OMNIVOICE_CPU_PRODUCTS") or "auto"
-    if choice not in CPU_PRODUCTS:
-        raise ValueError(f"cpu_products must be one of {', '.join(CPU_PRODUCTS)}, got {choice!r}")
+    Q8_0's 85 %): BENCHMARKS.md. The packed matrices take 2 bytes a weight (fma: 4, as the F32 file), more than a
+    Q8_0 or K-quant file's. `stacked` projections (the qk_rope variant) keep ggml's products (a kernel named is then
+    an error)."""
+    choice = products_choice(choice)
     if choice == "ggml":
         return None
     if choice != "auto":
-        module = {"i16": int16, "amx": amx}[choice]
+        module = {"i16": int16, "amx": amx, "fma": fma}[choice]
         if runtime.is_gpu:
             raise ValueError(f"{choice} products run on the CPU backend, not {runtime.device.spec}")
         if not module.available():
-            need = ("an x86 CPU with AVX2 and FMA" if choice == "i16" else
-                    "an x86 CPU with AMX-BF16 (Intel Xeon since Sapphire Rapids) and an OS that grants its tiles")
+            need = ("an x86 CPU with AMX-BF16 (Intel Xeon since Sapphire Rapids) and an OS that grants its tiles"
+                    if choice == "amx" else "an x86 CPU with AVX2 and FMA")
             raise ValueError(f"{choice} products need {need}, and a build with the package's kernels "
                              "(libomnivoice-ops)")
         if stacked:
             raise ValueError(f"{choice} products take unstacked projections (not the qk_rope graph variant)")
         return module.KERNEL
-    if runtime.is_gpu or runtime.exact_f32 or stacked or weight_type in (None, types.F32):
+    if runtime.is_gpu or stacked or weight_type is None:
+        return None
+    if weight_type == types.F32:
+        from ..ggml.backend import cpu_features
+
+        # AVX-512 with many threads: ggml's F32 GEMM scaled better (BENCHMARKS.md, the Xeon at 8 and 16 threads)
+        many = "AVX512" in cpu_features() and runtime.n_threads > FMA_MAX_AVX512_THREADS
+        return fma.KERNEL if fma.available() and not many else None
+    if runtime.exact_f32:
         return None
     if amx.available():
         return amx.KERNEL

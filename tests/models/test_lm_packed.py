@@ -1,6 +1,6 @@
-"""The LM with its products on the package's CPU kernels (nn.int16, nn.amx; runners.lm.products_kernel): every
-product matrix packed at load, the step's logits as close to float32's as ggml's F16 (BF16) products bring them,
-and the rule that picks the kernel by default."""
+"""The LM with its products on the package's CPU kernels (nn.int16, nn.amx, nn.fma; runners.lm.products_kernel):
+every product matrix packed at load, the step's logits as close to float32's as ggml's F16 (BF16) products bring
+them (fma: float32's own, to its rounding), and the rule that picks the kernel by default."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from omnivoice.ggml import Runtime, types
-from omnivoice.nn import amx, int16
+from omnivoice.nn import amx, fma, int16
 from omnivoice.runners.lm import LanguageModel, products_kernel
 
 from .test_lm import random_prompt
@@ -61,6 +61,19 @@ def test_packed_logits_are_as_close_as_ggmls(k256_gguf, kernel, quant, ratio):
     assert 0 < err(got) < ratio * err(ggml)
 
 
+@pytest.mark.skipif(not fma.available(), reason="no AVX2/FMA kernel on this CPU or build")
+def test_fma_logits_are_float32s(k256_gguf):
+    """The F32 file on the FMA kernel: float32 products summed in another order than ggml's, so the logits agree
+    with ggml's F32 ones to float32's rounding (what the parity tests' tokens then rest on)."""
+    rng = np.random.default_rng(17)
+    prompts = [random_prompt(rng, 23, 17, 31), random_prompt(rng, 11, 0, 20)]
+    with Runtime("cpu") as rt:
+        exact, _ = logits(rt, k256_gguf["f32"], prompts, "ggml")
+        got, lm = logits(rt, k256_gguf["f32"], prompts, "fma")
+    assert lm.cpu_products == "fma" and len(lm.weights.packed) == 7 * lm.cfg.n_layer + 1
+    assert 0 < np.max(np.abs(got - exact)) < 1e-5 * np.max(np.abs(exact))
+
+
 @pytest.mark.skipif(not amx.available(), reason="no AMX-BF16 on this CPU (Intel Xeon since Sapphire Rapids)")
 def test_amx_beside_ggmls_amx_kernels(k256_gguf):
     """ggml's AMX kernels (Q8_0 matrices in its AMX buffer on these CPUs) configure a thread's tiles once, on
@@ -84,19 +97,23 @@ def test_amx_beside_ggmls_amx_kernels(k256_gguf):
 
 
 def test_the_rule_that_picks_the_products(monkeypatch):
-    """auto, for every weight type but F32 on a CPU runtime, never for exact_f32: amx where the CPU has AMX-BF16,
-    else i16 with AVX2 and no AVX-512; an explicit choice wins, and a kernel where it cannot run is an error."""
+    """auto on a CPU runtime: fma for F32 weights (exact_f32 too: it is float32; with AVX-512 only on up to four
+    threads); for the other types, never for
+    exact_f32, amx where the CPU has AMX-BF16, else i16 with AVX2 and no AVX-512; an explicit choice wins, and a
+    kernel where it cannot run is an error."""
     from omnivoice.ggml import backend
 
     monkeypatch.delenv("OMNIVOICE_CPU_PRODUCTS", raising=False)
     monkeypatch.setattr(int16, "available", lambda: True)
     monkeypatch.setattr(amx, "available", lambda: False)
-    cpu = SimpleNamespace(is_gpu=False, exact_f32=False, device=SimpleNamespace(spec="cpu:0"))
-    gpu = SimpleNamespace(is_gpu=True, exact_f32=False, device=SimpleNamespace(spec="cuda:0"))
+    monkeypatch.setattr(fma, "available", lambda: True)
+    cpu = SimpleNamespace(is_gpu=False, exact_f32=False, n_threads=2, device=SimpleNamespace(spec="cpu:0"))
+    gpu = SimpleNamespace(is_gpu=True, exact_f32=False, n_threads=2, device=SimpleNamespace(spec="cuda:0"))
     monkeypatch.setattr(backend, "cpu_features", lambda: frozenset({"AVX2", "FMA", "F16C"}))
     assert all(products_kernel(cpu, t) is int16.KERNEL for t in (types.F16, types.BF16, types.Q8_0, types.Q4_0))
-    assert products_kernel(cpu, types.F32) is None
-    assert products_kernel(SimpleNamespace(**(vars(cpu) | {"exact_f32": True})), types.F16) is None
+    assert products_kernel(cpu, types.F32) is fma.KERNEL
+    exact = SimpleNamespace(**(vars(cpu) | {"exact_f32": True}))
+    assert products_kernel(exact, types.F16) is None and products_kernel(exact, types.F32) is fma.KERNEL
     assert products_kernel(gpu, types.F16) is None
     assert products_kernel(cpu, types.F16, stacked=True) is None
     with pytest.raises(ValueError, match="unstacked"):
@@ -107,6 +124,9 @@ def test_the_rule_that_picks_the_products(monkeypatch):
     monkeypatch.delenv("OMNIVOICE_CPU_PRODUCTS")
     monkeypatch.setattr(backend, "cpu_features", lambda: frozenset({"AVX2", "FMA", "AVX512"}))
     assert products_kernel(cpu, types.F16, "auto") is None
+    # F32 on AVX-512: fma on few threads, ggml's on many
+    assert products_kernel(cpu, types.F32) is fma.KERNEL
+    assert products_kernel(SimpleNamespace(**(vars(cpu) | {"n_threads": 16})), types.F32) is None
     with pytest.raises(ValueError, match="CPU backend"):
         products_kernel(gpu, types.F16, "i16")
     with pytest.raises(ValueError, match="one of auto, ggml, i16, amx"):
@@ -115,9 +135,12 @@ def test_the_rule_that_picks_the_products(monkeypatch):
         products_kernel(cpu, types.F16, "amx")
     monkeypatch.setattr(amx, "available", lambda: True)  # AMX wins over everything else
     assert products_kernel(cpu, types.Q8_0) is amx.KERNEL and products_kernel(cpu, types.F16, "amx") is amx.KERNEL
-    assert products_kernel(cpu, types.F32) is None and products_kernel(gpu, types.F16) is None
+    assert products_kernel(cpu, types.F32) is fma.KERNEL and products_kernel(gpu, types.F32) is None
     monkeypatch.setattr(amx, "available", lambda: False)
     monkeypatch.setattr(int16, "available", lambda: False)
+    monkeypatch.setattr(fma, "available", lambda: False)
     with pytest.raises(ValueError, match="AVX2"):
         products_kernel(cpu, types.F16, "i16")
-    assert products_kernel(cpu, types.F16, "auto") is None
+    with pytest.raises(ValueError, match="AVX2"):
+        products_kernel(cpu, types.F32, "fma")
+    assert products_kernel(cpu, types.F16, "auto") is None and products_kernel(cpu, types.F32) is None

@@ -24,8 +24,13 @@
 # PART=profile: after the conversions, tools/op_profile.py lm (the first of QUANTS) and decode at
 # PROFILE_THREADS (16 2).
 # PART=batch: after the conversions, only the LM step of 1, 2 and 4 packed prompts (BATCH_THREADS, 16).
+# PART may list several, run in this order: e.g. PART=matmul,profile,bench (bench: the side by side, the default).
+# PROFILE_DECODE (auto): the decode profile once per OMNIVOICE_CPU_PRODUCTS named, e.g. "ggml auto" (the codec's
+# convolutions on ggml's products, then on the package's FMA kernel).
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
+PART=${PART:-bench}
+part() { [[ ",$PART," == *",$1,"* ]]; }  # whether PART lists $1
 start=$(date +%s); left() { echo $(( ${BUDGET_S:-540} - ($(date +%s) - start) )); }
 log() { echo "[xeon_cpu +$(( $(date +%s) - start ))s] $*" >&2; }
 W=${BENCH_WORK:-/tmp/ovbench}; mkdir -p "$W"
@@ -48,7 +53,7 @@ fi
 export PYTHONPATH=$W/site
 
 # 2. The checkpoint (no ggml needed) beside the CPU build.
-[ "${PART:-bench}" = matmul ] || [ -f "$W/ckpt/audio_tokenizer/model.safetensors" ] ||
+[ "$PART" = matmul ] || [ -f "$W/ckpt/audio_tokenizer/model.safetensors" ] ||
   python3 tools/make_checkpoint.py --preset "$PRESET" --seed 0 -o "$W/ckpt" > "$OUT/checkpoint.log" 2>&1 &
 ckpt_pid=$!
 if [ -n "${CPU_LIB_DIR:-}" ]; then
@@ -69,21 +74,23 @@ python3 -c "from omnivoice.ggml import list_devices; print([d.description for d 
 python3 -c "from omnivoice.ggml import Runtime, lib; rt = Runtime('cpu');
 print('extra buffer types', list(rt.extra_buffer_types),
   {t: rt.weight_buffer(getattr(lib, 'GGML_TYPE_' + t), [1024, 3072]) for t in ('Q8_0', 'Q4_K', 'Q4_0')})" >&2
-python3 -c "from omnivoice.nn import amx, int16; print('package kernels: amx', amx.available(), 'i16', int16.available())" >&2
+python3 -c "from omnivoice.nn import amx, fma, int16
+print('package kernels: amx', amx.available(), 'i16', int16.available(), 'fma', fma.available())" >&2
 if [ -n "${TESTS:-}" ]; then  # e.g. TESTS="tests/nn/test_amx.py tests/models/test_lm_packed.py": this CPU's kernels
   log "pytest $TESTS"
   timeout 240 python3 -m pytest -q -p no:cacheprovider -rs $TESTS > "$OUT/tests.log" 2>&1
   tail -15 "$OUT/tests.log"
 fi
-if [ "${PART:-bench}" = matmul ]; then  # the products alone, by weight type, against numpy and torch
+# the checkpoint's writing would share the CPU with the products' timing
+[ "$PART" = matmul ] || { wait $ckpt_pid || { tail -20 "$OUT/checkpoint.log"; exit 1; }; }
+if part matmul; then  # the products alone, by weight type, against numpy and torch
   log "matmul_bench at ${MATMUL_THREADS:-16,2} threads"
-  timeout $(( $(left) - 5 )) python3 tools/matmul_bench.py --shapes down,gate,heads \
+  timeout $(( $(left) * ${MATMUL_SHARE:-100} / 100 - 5 )) python3 tools/matmul_bench.py --shapes down,gate,heads \
     --types "${MATMUL_TYPES:-amx,i16,f32,f16,bf16,q8_0,q4_k}" --threads "${MATMUL_THREADS:-16,2}" --repack --numpy \
     --torch python3 --json "$OUT/xeon-matmul.jsonl" 2>&1 |
     tee "$OUT/xeon-matmul.md"
-  exit 0
+  [ "$PART" = matmul ] && exit 0
 fi
-wait $ckpt_pid || { tail -20 "$OUT/checkpoint.log"; exit 1; }
 
 # 3. Conversions (once per type, into $W/gguf-cpu: a CUDA run's conversions elsewhere stay valid).
 log "convert $QUANTS"
@@ -92,25 +99,25 @@ bench.convert(pathlib.Path('$W/ckpt'), pathlib.Path('$W/gguf-cpu'),
               list(dict.fromkeys(q.partition(':')[0] for q in '$QUANTS'.split(','))))" > "$OUT/convert.log" 2>&1 ||
   { tail -20 "$OUT/convert.log"; exit 1; }
 
-if [ "${PART:-bench}" = batch ]; then  # does packing requests pay on this many-core CPU? (the server's batch size)
+if part batch; then  # does packing requests pay on this many-core CPU? (the server's batch size)
   log "LM step of 1, 2 and 4 packed auto5 prompts at ${BATCH_THREADS:-16} threads"
   timeout $(( $(left) - 5 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf-cpu" --quants "$QUANTS" --backend cpu \
     --threads "${BATCH_THREADS:-16}" --shapes auto5 --batch 1,2,4 --repeats 3 --json "$OUT/xeon-batch.jsonl" 2>&1 |
     tee "$OUT/xeon-batch.md"
-  exit 0
 fi
 
-if [ "${PART:-bench}" = profile ]; then  # where an LM step's and a decode's time goes, op by op (tools/op_profile.py)
+if part profile; then  # where an LM step's and a decode's time goes, op by op (tools/op_profile.py)
   q=${QUANTS%%,*}; products=auto; [[ $q == *:* ]] && products=${q#*:}
   lm=$W/gguf-cpu/omnivoice-base-$(echo "${q%%:*}" | tr a-z A-Z).gguf
   for t in ${PROFILE_THREADS:-16 2}; do
     log "op_profile lm ($lm) and decode at $t threads"
     OMNIVOICE_CPU_PRODUCTS=$products timeout $(( $(left) / 3 )) python3 tools/op_profile.py lm --lm "$lm" --shape auto5 \
       --threads "$t" --top 14 2>&1 | tee "$OUT/profile-lm-T$t.md"
-    timeout $(( $(left) / 3 )) python3 tools/op_profile.py decode --codec "$W"/gguf-cpu/*tokenizer*.gguf --threads "$t" \
-      --top 10 2>&1 | tee "$OUT/profile-decode-T$t.md"
+    for p in ${PROFILE_DECODE:-auto}; do
+      OMNIVOICE_CPU_PRODUCTS=$p timeout $(( $(left) / 4 )) python3 tools/op_profile.py decode \
+        --codec "$W"/gguf-cpu/*tokenizer*.gguf --threads "$t" --top 10 2>&1 | tee "$OUT/profile-decode-$p-T$t.md"
+    done
   done
-  exit 0
 fi
 
 # 3b. With PARITY=1 (carry .devcarry/ref_auto5.npz, tools/device/prepare_carry.sh): each type's step-0 logits and
@@ -123,6 +130,7 @@ if [ "${PARITY:-0}" = 1 ]; then
     tail -8 | tee "$OUT/xeon-parity.md"
 fi
 
+part bench || exit 0
 # 4. The side by side, CPU backend, both sides on the same thread count.
 bench() {  # threads cases seconds quants
   log "bench at $1 threads ($2; $4), $3 s"
