@@ -98,17 +98,18 @@ class _Builder:
         return Norm(self.t.get(N.tensor(module, N.WEIGHT, **ix), (c,), F32),
                     self.t.get(N.tensor(module, N.BIAS, **ix), (c,), F32))
 
-    def dac_conv(self, module: str, ne: tuple, n_out: int | None = None, **ix) -> Conv:
-        """A DAC conv with its weight rearranged for channels-last activations (nn.conv_weight_cl; a transposed
-        conv's [IC, K * OC], whose bias has n_out entries, by nn.conv_transpose_weight_cl), added as NAME.cl; on
-        the CPU with `fma_convs`, packed for the FMA kernel instead (nn.fma.PackedConv: the conv's one node reads its columns from
-        the activation, where ggml's product read a column buffer that a node had written)."""
+    def cl_conv(self, module: str, ne: tuple, n_out: int | None = None, bias: bool = True, **ix) -> Conv:
+        """A conv for channels-last activations (the DAC's; HuBERT's feature convs on the CPU), its weight
+        rearranged (nn.conv_weight_cl; a transposed conv's [IC, K * OC], whose bias has n_out entries, by
+        nn.conv_transpose_weight_cl) and added as NAME.cl; on the CPU with `fma_convs`, packed for the FMA kernel
+        instead (nn.fma.PackedConv: the conv's one node reads its columns from the activation, where ggml's
+        product read a column buffer that a node had written)."""
         name = N.tensor(module, N.WEIGHT, **ix)
         self.t.info(name, ne, F32)
         values = self.t.values(name, ne)
         cl = nn.conv_transpose_weight_cl(values, n_out) if n_out else nn.conv_weight_cl(values)
         weight = nn.fma.PackedConv.of(cl) if self.fma_convs else self.t.store.add_array(name + ".cl", cl)
-        return Conv(weight, self.t.get(N.tensor(module, N.BIAS, **ix), (n_out or ne[-1],), F32))
+        return Conv(weight, self.t.get(N.tensor(module, N.BIAS, **ix), (n_out or ne[-1],), F32) if bias else None)
 
     def snake(self, module: str, c: int, *path: str, **ix) -> dac.Snake:
         """alpha and inv_beta as [C], the shape the channels-last graph multiplies by: a reshape in the graph would
@@ -123,9 +124,9 @@ class _Builder:
     def res_unit(self, module: str, c: int, k: int, **ix) -> dac.ResidualUnit:
         return dac.ResidualUnit(
             snake1=self.snake(module, c, N.RES_SNAKE1, **ix),
-            conv1=self.dac_conv(f"{module}.{N.RES_CONV1}", (k, c, c), **ix),
+            conv1=self.cl_conv(f"{module}.{N.RES_CONV1}", (k, c, c), **ix),
             snake2=self.snake(module, c, N.RES_SNAKE2, **ix),
-            conv2=self.dac_conv(f"{module}.{N.RES_CONV2}", (1, c, c), **ix))
+            conv2=self.cl_conv(f"{module}.{N.RES_CONV2}", (1, c, c), **ix))
 
 
 def _hubert(b: _Builder, m: Metadata, cfg: HubertConfig) -> hubert.HubertWeights:
@@ -135,8 +136,11 @@ def _hubert(b: _Builder, m: Metadata, cfg: HubertConfig) -> hubert.HubertWeights
     convs, c_in = [], 1
     for i, (c, k) in enumerate(zip(dims, kernels)):
         normed = cfg.feat_extract_norm == "layer" or i == 0
-        convs.append(hubert.FeatureConv(conv=b.conv(N.HUBERT_FEAT_CONV, (k, c_in, c), bias=bias, i=i),
-                                        norm=b.norm(N.HUBERT_FEAT_NORM, c, i=i) if normed else None))
+        # on the CPU's FMA kernel the "group" variant's convs after the first (whose GroupNorm, over time, is the
+        # [T, C] layout's) run channels-last (hubert.feature_extractor)
+        cl = b.fma_convs and cfg.feat_extract_norm == "group" and i > 0
+        conv = (b.cl_conv if cl else b.conv)(N.HUBERT_FEAT_CONV, (k, c_in, c), bias=bias, i=i)
+        convs.append(hubert.FeatureConv(conv=conv, norm=b.norm(N.HUBERT_FEAT_NORM, c, i=i) if normed else None))
         c_in = c
     layers = tuple(hubert.HubertLayer(
         q=b.linear(N.HUBERT_ATTN_Q, C, C, i=i), k=b.linear(N.HUBERT_ATTN_K, C, C, i=i),
@@ -177,10 +181,10 @@ def _dac_encoder(b: _Builder, m: Metadata, cfg: CodecConfig, A: int) -> dac.DacE
     for i, s in enumerate(cfg.downsampling_ratios):
         blocks.append(dac.EncoderBlock(
             res_units=tuple(b.res_unit(N.DAC_ENC_RES_UNIT, c, k_res, i=i, j=j + 1) for j in range(len(dac.DILATIONS))),
-            snake1=b.snake(N.DAC_ENC_SNAKE, c, i=i), conv1=b.dac_conv(N.DAC_ENC_CONV, (2 * s, c, 2 * c), i=i)))
+            snake1=b.snake(N.DAC_ENC_SNAKE, c, i=i), conv1=b.cl_conv(N.DAC_ENC_CONV, (2 * s, c, 2 * c), i=i)))
         c *= 2
-    return dac.DacEncoder(conv1=b.dac_conv(N.DAC_ENC_CONV_IN, (k_in, 1, E)), blocks=tuple(blocks),
-                          snake1=b.snake(N.DAC_ENC_SNAKE_OUT, c), conv2=b.dac_conv(N.DAC_ENC_CONV_OUT, (k_out, c, A)))
+    return dac.DacEncoder(conv1=b.cl_conv(N.DAC_ENC_CONV_IN, (k_in, 1, E)), blocks=tuple(blocks),
+                          snake1=b.snake(N.DAC_ENC_SNAKE_OUT, c), conv2=b.cl_conv(N.DAC_ENC_CONV_OUT, (k_out, c, A)))
 
 
 def _dac_decoder(b: _Builder, m: Metadata, cfg: CodecConfig, A: int) -> dac.DacDecoder:
@@ -192,12 +196,12 @@ def _dac_decoder(b: _Builder, m: Metadata, cfg: CodecConfig, A: int) -> dac.DacD
         # the transposed conv's weight in the stored layout [IC, K * OC], K = 2 s
         blocks.append(dac.DecoderBlock(
             snake1=b.snake(N.DAC_DEC_SNAKE, c, i=i),
-            conv_t1=b.dac_conv(N.DAC_DEC_CONV_T, (c, 2 * s * (c // 2)), n_out=c // 2, i=i),
+            conv_t1=b.cl_conv(N.DAC_DEC_CONV_T, (c, 2 * s * (c // 2)), n_out=c // 2, i=i),
             res_units=tuple(b.res_unit(N.DAC_DEC_RES_UNIT, c // 2, k_res, i=i, j=j + 1)
                             for j in range(len(dac.DILATIONS)))))
         c //= 2
-    return dac.DacDecoder(conv1=b.dac_conv(N.DAC_DEC_CONV_IN, (k_in, A, D)), blocks=tuple(blocks),
-                          snake1=b.snake(N.DAC_DEC_SNAKE_OUT, c), conv2=b.dac_conv(N.DAC_DEC_CONV_OUT, (k_in, c, 1)))
+    return dac.DacDecoder(conv1=b.cl_conv(N.DAC_DEC_CONV_IN, (k_in, A, D)), blocks=tuple(blocks),
+                          snake1=b.snake(N.DAC_DEC_SNAKE_OUT, c), conv2=b.cl_conv(N.DAC_DEC_CONV_OUT, (k_in, c, 1)))
 
 
 def _codebook(b: _Builder, k: int, H: int, dim: int, size: int, encode: bool) -> rvq.Codebook:

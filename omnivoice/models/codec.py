@@ -121,7 +121,7 @@ def encode_plan(w: CodecWeights, cfg: CodecConfig, n_samples: int, n_samples16: 
     frame count (transformers' rule). Raises ValueError for a clip too short to encode, or a length whose two
     streams disagree (the reference's torch.cat would fail on it too).
     """
-    kernels = [fc.conv.weight.ne[0] for fc in w.hubert.feature_convs]
+    kernels = [fc.kernel for fc in w.hubert.feature_convs]
     t_hubert = hubert.output_length(n_samples16 + 2 * cfg.semantic_input_pad, kernels, cfg.hubert.conv_stride)
     n_frames = -(-t_hubert // cfg.semantic_downsample_factor) if t_hubert > 0 else 0
     if n_frames < 1:

@@ -4,7 +4,7 @@ Input: 16 kHz audio [N, 1] (conv layout), already padded by the caller's graph. 
 states (the input of layer 0 plus every layer's output, 13 for HuBERT base) as [C, T] (transformer layout).
 
     feature extractor   7 convs (no bias), GroupNorm(C groups) after the first ("group" norm) or a LayerNorm after
-                        each ("layer" norm), GELU after each                       [N, 1] -> [T, 512]
+                        each ("layer" norm), GELU after each                       [N, 1] -> [512, T]
     feature projection  LayerNorm + Linear                                         -> [768, T]
     positional conv     grouped conv (k 128, 16 groups, pad 64, weight norm folded), last sample dropped, GELU,
                         added to the projection; then the encoder's LayerNorm      -> hidden state 0
@@ -38,8 +38,17 @@ class HubertConfig:
 
 @dataclass(frozen=True)
 class FeatureConv:
-    conv: Conv                  # [K_i, C_(i-1), C_i], bias only with conv_bias
+    conv: Conv                  # [K_i, C_(i-1), C_i], bias only with conv_bias; on the CPU's FMA kernel channels-last
+                                # (nn.fma.PackedConv of [C_(i-1), K_i, C_i]) where no GroupNorm follows
     norm: Norm | None           # [C_i]: GroupNorm on conv 0 ("group") or LayerNorm on each ("layer"), else None
+
+    @property
+    def channels_last(self) -> bool:
+        return isinstance(self.conv.weight, nn.fma.PackedConv)
+
+    @property
+    def kernel(self) -> int:
+        return self.conv.weight.ne[1 if self.channels_last else 0]
 
 
 @dataclass(frozen=True)
@@ -65,22 +74,36 @@ class HubertWeights:
 
 
 def feature_extractor(ctx, w: HubertWeights, cfg: HubertConfig, audio):
-    """Conv feature encoder: audio [N, 1] -> [T, C] (conv layout)."""
-    x = audio
+    """Conv feature encoder: audio [N, 1] -> [C, T] (channels-last).
+
+    Convs run in the [T, C] layout (im2col + GEMM), or channels-last on the CPU's FMA kernel from the first conv
+    the loader packed (the "group" variant's after the first): one transpose between the two, where the [T, C]
+    path transposes its output for the projection anyway. On the 2-core Zen 3 ggml's products of
+    these convs took 250 of the encode's 1200 ms and their im2col 55 (tools/op_profile.py encode)."""
+    x = audio                                                                               # [N, 1]
+    channels_last = False
     for i, (fc, stride) in enumerate(zip(w.feature_convs, cfg.conv_stride)):
-        x = nn.conv1d(ctx, x, fc.conv.weight, fc.conv.bias, stride=stride)                  # [T_i, C]
+        if fc.channels_last:
+            if not channels_last:
+                x = nn.transpose(ctx, x)                                                    # [C, T]
+                channels_last = True
+            x = nn.conv1d_cl(ctx, x, fc.conv.weight, fc.conv.bias, stride=stride)          # [C_i, T_i]
+        else:
+            if channels_last:
+                raise ValueError("hubert: a [T, C] feature conv after a channels-last one")
+            x = nn.conv1d(ctx, x, fc.conv.weight, fc.conv.bias, stride=stride)             # [T_i, C_i]
         if cfg.feat_extract_norm == "group" and fc.norm is not None:
-            # GroupNorm with one group per channel: each channel normalised over time.
+            # GroupNorm with one group per channel: each channel normalised over time (conv 0, in [T, C])
             x = nn.group_norm(ctx, x, x.ne[1], fc.norm.weight, fc.norm.bias, cfg.norm_eps)
         elif cfg.feat_extract_norm == "layer":
             x = nn.transpose(ctx, nn.layer_norm(ctx, nn.transpose(ctx, x), fc.norm.weight, fc.norm.bias, cfg.norm_eps))
         x = named(nn.gelu(ctx, x), "hubert_feat", i)
-    return x
+    return x if channels_last else nn.transpose(ctx, x)                                    # [C, T]
 
 
 def feature_projection(ctx, w: HubertWeights, cfg: HubertConfig, features):
-    """features [T, C_conv] -> [C, T]."""
-    x = nn.transpose(ctx, features)                                                           # [C_conv, T]
+    """features [C_conv, T] -> [C, T]."""
+    x = features
     if cfg.feat_proj_layer_norm:
         x = nn.layer_norm(ctx, x, w.projection_norm.weight, w.projection_norm.bias, cfg.eps)
     return named(nn.linear(ctx, x, w.projection.weight, w.projection.bias), "hubert_proj")  # [C, T]
