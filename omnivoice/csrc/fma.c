@@ -103,81 +103,49 @@ void omnivoice_fma_pack(const float * w, int64_t M, int64_t K, void * out) {
 typedef void (*tile_fn)(const float * w, const float * x, int64_t xs, int64_t kc, float * c, int64_t ldc, int load,
                         const float * bias);
 
-#define A2_DECL(j) __m256 c##j##0, c##j##1;
-#define A2_INIT(j)                                                                              \
-    if (load) { c##j##0 = _mm256_loadu_ps(c + j * ldc); c##j##1 = _mm256_loadu_ps(c + j * ldc + 8); } \
-    else { c##j##0 = _mm256_setzero_ps(); c##j##1 = _mm256_setzero_ps(); }
-#define A2_STEP(j)                                                                              \
-    { const __m256 b = _mm256_broadcast_ss(x + j * cs + k * ks);                                \
-      c##j##0 = _mm256_fmadd_ps(w0, b, c##j##0); c##j##1 = _mm256_fmadd_ps(w1, b, c##j##1); }
-#define A2_BIAS(j) { c##j##0 = _mm256_add_ps(c##j##0, b0); c##j##1 = _mm256_add_ps(c##j##1, b1); }
-#define A2_STORE(j) { _mm256_storeu_ps(c + j * ldc, c##j##0); _mm256_storeu_ps(c + j * ldc + 8, c##j##1); }
-#define EACH6(M) M(0) M(1) M(2) M(3) M(4) M(5)
+/* Per column j of a tile, B the vector width in bits (L = B / 32 lanes): its two vectors of sums c<j>0, c<j>1. */
+#define T_DECL(B, j) __m##B c##j##0, c##j##1;
+#define T_INIT(B, j)                                                                            \
+    if (load) { c##j##0 = _mm##B##_loadu_ps(c + j * ldc); c##j##1 = _mm##B##_loadu_ps(c + j * ldc + B / 32); } \
+    else { c##j##0 = _mm##B##_setzero_ps(); c##j##1 = _mm##B##_setzero_ps(); }
+#define T_STEP(B, j)                                                                            \
+    { const __m##B b = _mm##B##_set1_ps(x[j * cs + k * ks]);                                    \
+      c##j##0 = _mm##B##_fmadd_ps(w0, b, c##j##0); c##j##1 = _mm##B##_fmadd_ps(w1, b, c##j##1); }
+#define T_BIAS(B, j) { c##j##0 = _mm##B##_add_ps(c##j##0, b0); c##j##1 = _mm##B##_add_ps(c##j##1, b1); }
+#define T_STORE(B, j) { _mm##B##_storeu_ps(c + j * ldc, c##j##0); _mm##B##_storeu_ps(c + j * ldc + B / 32, c##j##1); }
+#define EACH6(M, B) M(B, 0) M(B, 1) M(B, 2) M(B, 3) M(B, 4) M(B, 5)
+#define EACH12(M, B) EACH6(M, B) M(B, 6) M(B, 7) M(B, 8) M(B, 9) M(B, 10) M(B, 11)
 
-AVX2 static inline __attribute__((always_inline)) void tile_avx2(const float * w, const float * x, int64_t cs,
-                                                                 int64_t ks, int64_t kc, float * c, int64_t ldc,
-                                                                 int load, const float * bias) {
-    EACH6(A2_DECL)
-    EACH6(A2_INIT)
-    for (int64_t k = 0; k < kc; k++) {
-        const __m256 w0 = _mm256_loadu_ps(w + k * 16), w1 = _mm256_loadu_ps(w + k * 16 + 8);
-        EACH6(A2_STEP)
+/* tile<B> (the body, for constant cs and ks), tile<B>_cols and tile<B>_packed (tile_fn's two forms): MR = 2 L
+ * outputs, NR columns (EACH). */
+#define DEFINE_TILES(B, ATTR, EACH, NR_)                                                        \
+    ATTR static inline __attribute__((always_inline)) void tile##B(                             \
+            const float * w, const float * x, int64_t cs, int64_t ks, int64_t kc, float * c, int64_t ldc, \
+            int load, const float * bias) {                                                     \
+        EACH(T_DECL, B)                                                                         \
+        EACH(T_INIT, B)                                                                         \
+        for (int64_t k = 0; k < kc; k++) {                                                      \
+            const __m##B w0 = _mm##B##_loadu_ps(w + k * (B / 16)), w1 = _mm##B##_loadu_ps(w + k * (B / 16) + B / 32); \
+            EACH(T_STEP, B)                                                                     \
+        }                                                                                       \
+        if (bias) {                                                                             \
+            const __m##B b0 = _mm##B##_loadu_ps(bias), b1 = _mm##B##_loadu_ps(bias + B / 32);   \
+            EACH(T_BIAS, B)                                                                     \
+        }                                                                                       \
+        EACH(T_STORE, B)                                                                        \
+    }                                                                                           \
+    ATTR static void tile##B##_cols(const float * w, const float * x, int64_t xs, int64_t kc, float * c, \
+                                    int64_t ldc, int load, const float * bias) {                \
+        tile##B(w, x, xs, 1, kc, c, ldc, load, bias);                                           \
+    }                                                                                           \
+    ATTR static void tile##B##_packed(const float * w, const float * x, int64_t xs, int64_t kc, float * c, \
+                                      int64_t ldc, int load, const float * bias) {              \
+        (void) xs;                                                                              \
+        tile##B(w, x, 1, NR_, kc, c, ldc, load, bias);                                          \
     }
-    if (bias) {
-        const __m256 b0 = _mm256_loadu_ps(bias), b1 = _mm256_loadu_ps(bias + 8);
-        EACH6(A2_BIAS)
-    }
-    EACH6(A2_STORE)
-}
 
-AVX2 static void tile_avx2_cols(const float * w, const float * x, int64_t xs, int64_t kc, float * c, int64_t ldc,
-                                int load, const float * bias) {
-    tile_avx2(w, x, xs, 1, kc, c, ldc, load, bias);
-}
-
-AVX2 static void tile_avx2_packed(const float * w, const float * x, int64_t xs, int64_t kc, float * c,
-                                  int64_t ldc, int load, const float * bias) {
-    (void) xs;
-    tile_avx2(w, x, 1, 6, kc, c, ldc, load, bias);
-}
-
-#define A5_DECL(j) __m512 c##j##0, c##j##1;
-#define A5_INIT(j)                                                                              \
-    if (load) { c##j##0 = _mm512_loadu_ps(c + j * ldc); c##j##1 = _mm512_loadu_ps(c + j * ldc + 16); } \
-    else { c##j##0 = _mm512_setzero_ps(); c##j##1 = _mm512_setzero_ps(); }
-#define A5_STEP(j)                                                                              \
-    { const __m512 b = _mm512_set1_ps(x[j * cs + k * ks]);                                      \
-      c##j##0 = _mm512_fmadd_ps(w0, b, c##j##0); c##j##1 = _mm512_fmadd_ps(w1, b, c##j##1); }
-#define A5_BIAS(j) { c##j##0 = _mm512_add_ps(c##j##0, b0); c##j##1 = _mm512_add_ps(c##j##1, b1); }
-#define A5_STORE(j) { _mm512_storeu_ps(c + j * ldc, c##j##0); _mm512_storeu_ps(c + j * ldc + 16, c##j##1); }
-#define EACH12(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11)
-
-AVX512 static inline __attribute__((always_inline)) void tile_avx512(const float * w, const float * x, int64_t cs,
-                                                                     int64_t ks, int64_t kc, float * c,
-                                                                     int64_t ldc, int load, const float * bias) {
-    EACH12(A5_DECL)
-    EACH12(A5_INIT)
-    for (int64_t k = 0; k < kc; k++) {
-        const __m512 w0 = _mm512_loadu_ps(w + k * 32), w1 = _mm512_loadu_ps(w + k * 32 + 16);
-        EACH12(A5_STEP)
-    }
-    if (bias) {
-        const __m512 b0 = _mm512_loadu_ps(bias), b1 = _mm512_loadu_ps(bias + 16);
-        EACH12(A5_BIAS)
-    }
-    EACH12(A5_STORE)
-}
-
-AVX512 static void tile_avx512_cols(const float * w, const float * x, int64_t xs, int64_t kc, float * c,
-                                    int64_t ldc, int load, const float * bias) {
-    tile_avx512(w, x, xs, 1, kc, c, ldc, load, bias);
-}
-
-AVX512 static void tile_avx512_packed(const float * w, const float * x, int64_t xs, int64_t kc, float * c,
-                                      int64_t ldc, int load, const float * bias) {
-    (void) xs;
-    tile_avx512(w, x, 1, 12, kc, c, ldc, load, bias);
-}
+DEFINE_TILES(256, AVX2, EACH6, 6)
+DEFINE_TILES(512, AVX512, EACH12, 12)
 
 /* The product's geometry: out[o, t] = bias[o] + sum over tap j and channel c of W[o, j * IC + c] *
  * x[c, t * stride + j * dilation - padding] (zero outside [0, T)); a plain product is one tap, stride 1. */
@@ -240,8 +208,8 @@ static const float * columns(const struct job * J, int64_t g, int n_r, int64_t j
 
 /* The tile function for columns as `columns` left them (xs 0: packed). */
 static tile_fn tile_for(int64_t xs) {
-    if (isa() == 2) return xs ? tile_avx512_cols : tile_avx512_packed;
-    return xs ? tile_avx2_cols : tile_avx2_packed;
+    if (isa() == 2) return xs ? tile512_cols : tile512_packed;
+    return xs ? tile256_cols : tile256_packed;
 }
 
 /* Tile (panel p, group g) where it is partial (M % MR outputs or N % NR columns): the sums over all of K in a tile
