@@ -220,7 +220,8 @@ def _codebook(b: _Builder, k: int, H: int, dim: int, size: int, encode: bool) ->
 def load_weights(runtime: Runtime, f: GGUFFile, cfg: CodecConfig, parts: Sequence[str] = PARTS,
                  fma_convs: bool = False) -> tuple[CodecWeights, WeightStore]:
     """The tensors of `parts` ("encode", "decode") of `f`, checked, on `runtime`: (the record, its store).
-    `fma_convs` (a CPU runtime whose CPU runs nn.fma): the DAC's conv weights packed for that kernel."""
+    `fma_convs` (a CPU runtime whose CPU runs nn.fma): the DAC's conv weights, and HuBERT's feature convs but
+    the first, packed for that kernel."""
     parts = tuple(parts)
     if not parts or set(parts) - set(PARTS):
         raise ValueError(f"codec parts must be a non-empty subset of {PARTS}, got {list(parts)}")

@@ -98,9 +98,8 @@ def test_amx_beside_ggmls_amx_kernels(k256_gguf):
 
 def test_the_rule_that_picks_the_products(monkeypatch):
     """auto on a CPU runtime: fma for F32 weights (exact_f32 too: it is float32; with AVX-512 only on up to four
-    threads); for the other types, never for
-    exact_f32, amx where the CPU has AMX-BF16, else i16 with AVX2 and no AVX-512; an explicit choice wins, and a
-    kernel where it cannot run is an error."""
+    threads); for the other types, never for exact_f32, amx where the CPU has AMX-BF16, else i16 with AVX2 and no
+    AVX-512; an explicit choice wins, and a kernel where it cannot run is an error."""
     from omnivoice.ggml import backend
 
     monkeypatch.delenv("OMNIVOICE_CPU_PRODUCTS", raising=False)
