@@ -19,7 +19,8 @@
 # $W/site/.done made by hand where the interpreter already has our dependencies. PARITY=1: see 3b.
 # PART=matmul: after the build, only tools/matmul_bench.py (MATMUL_THREADS 16,2; MATMUL_TYPES
 # amx,i16,f32,f16,bf16,q8_0,q4_k) against numpy and torch. QUANTS items may name the products, e.g.
-# QUANTS=f32,bf16:amx,f16:i16,q8_0 (amx: the package's AMX BF16 kernel; i16: its int16 kernel, AVX2).
+# QUANTS=f32,bf16:amx,f16:i16,f32:fma,q8_0 (amx: the package's AMX BF16 kernel; i16: its int16 kernel, AVX2;
+# fma: its float32 kernel; f32:ggml: ggml's products, in the codec too).
 # TESTS: pytest paths run after the build, on this CPU (e.g. the AMX kernel's tests).
 # PART=profile: after the conversions, tools/op_profile.py lm (the first of QUANTS) and decode at
 # PROFILE_THREADS (16 2).
