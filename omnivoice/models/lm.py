@@ -187,12 +187,8 @@ def positions(ctx, x, start: int, n: int):
 def concat(ctx, parts: list, dim: int, cpu: bool = False):
     """The parts joined along `dim`, pairwise in a balanced tree (each value is copied log2(len) times).
 
-    `cpu` (contiguous 2-D F32 parts joined along dim 1): nn.concat_columns' nodes, memcpy on every thread."""
-    if (cpu and dim == 1 and len(parts) > 1
-            and all(p.type == types.F32 and p.ne[2] == 1 and p.ne[3] == 1 and lib.ggml_is_contiguous(p)
-                    for p in parts)):
-        return nn.concat_columns(ctx, parts)
-    return nn.concat(ctx, parts, dim)
+    `cpu` (parts joined along dim 1): nn.concat_columns, memcpy nodes on every thread for F32 parts."""
+    return nn.concat_columns(ctx, parts) if cpu and dim == 1 else nn.concat(ctx, parts, dim)
 
 
 def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | None, contiguous_qk: bool = False,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ggml import types
-from .packed import Kernel, PackedMatrix, PackedProducts
+from .packed import Kernel, PackedMatrix
 
 BLOCK = 32  # k a tile row: K must be a multiple
 
@@ -27,8 +27,3 @@ def available() -> bool:
 def pack(values: np.ndarray) -> PackedMatrix:
     """A float matrix [M, K] (ggml's [K, M]) packed for the AMX kernel."""
     return PackedMatrix(KERNEL, values)
-
-
-def products() -> PackedProducts:
-    """An empty set of matrices packed for the AMX kernel (the loader fills it)."""
-    return PackedProducts(KERNEL)

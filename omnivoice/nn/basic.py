@@ -63,10 +63,12 @@ def concat(ctx, parts: list, dim: int):
 
 
 def concat_columns(ctx, parts: list):
-    """Contiguous F32 [E, n_i] side by side -> [E, sum n_i], on the CPU backend: nodes of the package's C kernel
-    (csrc/ops.c omnivoice_concat_cols, memcpy on every thread; ggml's CPU CONCAT copies value by value, along
-    dim 1 on one thread), up to MAX_SRC parts a node. Without the package's kernels, ggml's CONCATs."""
-    if ops is None:
+    """[E, n_i] side by side -> [E, sum n_i], on the CPU backend: for contiguous 2-D F32 parts nodes of the
+    package's C kernel (csrc/ops.c omnivoice_concat_cols, memcpy on every thread; ggml's CPU CONCAT copies value
+    by value, along dim 1 on one thread), up to MAX_SRC parts a node. Otherwise (or without the package's
+    kernels) ggml's CONCATs."""
+    if ops is None or not all(p.type == types.F32 and p.ne[2] == 1 and p.ne[3] == 1 and lib.ggml_is_contiguous(p)
+                              for p in parts):
         return concat(ctx, parts, 1)
     while len(parts) > 1:
         groups = [parts[i:i + MAX_SRC] for i in range(0, len(parts), MAX_SRC)]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..ggml import ffi, ops
 from .basic import custom_node
-from .packed import Kernel, PackedMatrix, PackedProducts
+from .packed import Kernel, PackedMatrix
 
 KERNEL = Kernel("fma", "omnivoice_fma_", 1, packs_input=True)
 
@@ -29,11 +29,6 @@ def available() -> bool:
 def pack(values: np.ndarray) -> PackedMatrix:
     """A float matrix [M, K] (ggml's [K, M]) packed for the FMA kernel."""
     return PackedMatrix(KERNEL, values)
-
-
-def products() -> PackedProducts:
-    """An empty set of matrices packed for the FMA kernel (the loader fills it)."""
-    return PackedProducts(KERNEL)
 
 
 @dataclass(frozen=True, eq=False)

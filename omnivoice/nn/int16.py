@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .packed import Kernel, PackedMatrix, PackedProducts
+from .packed import Kernel, PackedMatrix
 
 # products.c's KB, QW and QX: K a block (K must be a multiple), and the largest |q| of W's and of x's values
 BLOCK = 128
@@ -26,16 +26,6 @@ def available() -> bool:
     return KERNEL.available()
 
 
-def fits(ne: tuple[int, ...] | list[int]) -> bool:
-    """Whether a matrix of ggml shape ne = [K, M] can be packed (2-D, K a multiple of the block)."""
-    return KERNEL.fits(ne)
-
-
 def pack(values: np.ndarray) -> PackedMatrix:
     """A float matrix [M, K] (ggml's [K, M]) packed for the int16 kernel."""
     return PackedMatrix(KERNEL, values)
-
-
-def products() -> PackedProducts:
-    """An empty set of matrices packed for the int16 kernel (the loader fills it)."""
-    return PackedProducts(KERNEL)

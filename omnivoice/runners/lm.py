@@ -76,9 +76,9 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
     runtime is not the CPU or the CPU cannot run the kernel); or "auto", on a CPU runtime with unstacked
     projections: for F32 weights fma, float32 like ggml's F32 products and 1.2-1.35x their speed on the 2-core
     Zen 3 (tokens still the reference's in the parity tests; ggml's F32 GEMM reads its right operand unblocked),
-    except on AVX-512 CPUs with more than FMA_MAX_AVX512_THREADS threads;
-    for every other weight type (unless the runtime is exact_f32, which keeps ggml's products there) amx where the
-    CPU has AMX-BF16, i16 where it has AVX2 but no AVX-512. Without AVX-512 ggml's kernels are bound by 8-lane FMAs
+    except on AVX-512 CPUs with more than FMA_MAX_AVX512_THREADS threads; for every other weight type (unless the
+    runtime is exact_f32, which keeps ggml's products there) amx where the CPU has AMX-BF16, i16 where it has AVX2
+    but no AVX-512. Without AVX-512 ggml's kernels are bound by 8-lane FMAs
     (or, for Q8_0 and the K-quants, integer dot products no faster), and the int16 kernel, with F16's rounding
     error, ran the LM step 1.4-1.8x faster than ggml's F16, Q8_0 and Q4_K_M products on the 2-core Zen 3,
     agreeing with float32 as F16 does and better than ggml's Q8_0 (whose products round the activations to 8 bits).
@@ -104,19 +104,18 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
         return module.KERNEL
     if runtime.is_gpu or stacked or weight_type is None:
         return None
-    if weight_type == types.F32:
-        from ..ggml.backend import cpu_features
+    from ..ggml.backend import cpu_features
 
+    avx512 = "AVX512" in cpu_features()
+    if weight_type == types.F32:
         # AVX-512 with many threads: ggml's F32 GEMM scaled better (BENCHMARKS.md, the Xeon at 8 and 16 threads)
-        many = "AVX512" in cpu_features() and runtime.n_threads > FMA_MAX_AVX512_THREADS
+        many = avx512 and runtime.n_threads > FMA_MAX_AVX512_THREADS
         return fma.KERNEL if fma.available() and not many else None
     if runtime.exact_f32:
         return None
     if amx.available():
         return amx.KERNEL
-    from ..ggml.backend import cpu_features
-
-    return int16.KERNEL if int16.available() and "AVX512" not in cpu_features() else None
+    return int16.KERNEL if int16.available() and not avx512 else None
 
 
 class LanguageModel:
@@ -138,7 +137,7 @@ class LanguageModel:
         `max_graphs` and `max_graph_bytes`: how many closed sessions' graphs are kept, and how much compute memory
         they may hold together, for the next session of the same shape (default 8 graphs within 512 MiB on GPUs,
         none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused).
-        `cpu_products`: auto, ggml, i16 or amx (see products_kernel)."""
+        `cpu_products`: auto, ggml, i16, amx or fma (see products_kernel)."""
         self.runtime = runtime
         f = open_model(path, loader.ARCH)
         self.cfg = loader.read_config(f)

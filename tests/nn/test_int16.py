@@ -8,6 +8,7 @@ import pytest
 
 from omnivoice.ggml import ffi, lib
 from omnivoice.nn import int16
+from omnivoice.nn.packed import PackedProducts
 
 pytestmark = pytest.mark.skipif(not int16.available(), reason="no AVX2 int16 kernel on this CPU or build")
 
@@ -93,7 +94,7 @@ def test_products_fall_back(cpu_run, rng):
     x = rng.standard_normal((5, 256)).astype(np.float32)
     store = WeightStore.from_arrays(cpu_run.runtime, {"w": w, "other": other})
     try:
-        products = int16.products()
+        products = PackedProducts(int16.KERNEL)
         products.add(store["w"], w)
         assert len(products) == 1 and products.nbytes == 32 * 256 * 2 + 32 * (256 // int16.BLOCK) * 4
         product = products.over(lib.ggml_mul_mat)
