@@ -90,7 +90,9 @@ def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int
     from omnivoice.ggml import Runtime, ffi, lib
     from omnivoice.ggml.graph import new_context
 
-    if type_name in ("i16", "amx", "fma"):
+    from omnivoice.runners.lm import KERNEL_MODULES
+
+    if type_name in KERNEL_MODULES:
         return None if extra else time_packed(type_name, K, M, N, threads, repeats)
     ggml_type = getattr(lib, "GGML_TYPE_" + type_name.upper())
     with Runtime("cpu", threads) as rt:
@@ -117,12 +119,12 @@ def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int
 
 def time_packed(name: str, K: int, M: int, N: int, threads: int, repeats: int) -> tuple[float, float] | None:
     """time_ggml for one of the package's kernels (`i16`: omnivoice.nn.int16, `amx`: omnivoice.nn.amx, `fma`:
-    omnivoice.nn.fma; the weight packed at load, one custom node, after a cast node for amx); None where this CPU
-    or build has none."""
+    omnivoice.nn.fma; the weight packed at load, one custom node, after the node that casts (amx) or packs (fma)
+    the input); None where this CPU or build has none."""
     from omnivoice.ggml import Runtime
-    from omnivoice.nn import amx, fma, int16
+    from omnivoice.runners.lm import KERNEL_MODULES
 
-    module = {"i16": int16, "amx": amx, "fma": fma}[name]
+    module = KERNEL_MODULES[name]
     if not module.available() or K % module.KERNEL.block:
         return None
     w = (np.random.default_rng(0).standard_normal((M, K)) * 0.02).astype(np.float32)

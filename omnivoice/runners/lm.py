@@ -54,7 +54,9 @@ class LMInput:
 MAX_GPU_POSITIONS = 65535
 
 
-CPU_PRODUCTS = ("auto", "ggml", "i16", "amx", "fma")
+# the package's product kernels by their cpu_products name
+KERNEL_MODULES = {"i16": int16, "amx": amx, "fma": fma}
+CPU_PRODUCTS = ("auto", "ggml", *KERNEL_MODULES)
 # threads above which an AVX-512 CPU's F32 LM keeps ggml's products: on the 16-core Xeon the FMA kernel's LM
 # products ran at 0.65-0.98x ggml's at 8 and 16 threads, and its LM step 1.2-1.4x faster at 2 (BENCHMARKS.md)
 FMA_MAX_AVX512_THREADS = 4
@@ -91,7 +93,7 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
     if choice == "ggml":
         return None
     if choice != "auto":
-        module = {"i16": int16, "amx": amx, "fma": fma}[choice]
+        module = KERNEL_MODULES[choice]
         if runtime.is_gpu:
             raise ValueError(f"{choice} products run on the CPU backend, not {runtime.device.spec}")
         if not module.available():
