@@ -130,10 +130,13 @@ def add_quant_option(group) -> None:
     group.add_argument("--cpu-products", choices=CPU_PRODUCTS, default=None,
                        help="the LM's matrix products on the CPU: ggml's, or one of the package's kernels: i16, "
                             "13-bit integers for x86 with AVX2 (F16's rounding, 1.4-1.8x ggml's products on AVX2 "
-                            "CPUs; 2 bytes a weight in memory), amx, BF16 on Intel's AMX tiles (BF16's rounding, "
+                            "CPUs; 2 bytes a weight in memory), i8, 8-bit activations and 7-bit weights for x86 "
+                            "with AVX2 (the precision of ggml's K-quant products, 1.2-1.35x i16's speed; 1 byte a "
+                            "weight), amx, BF16 on Intel's AMX tiles (BF16's rounding, "
                             "1.5-2.1x ggml's Q8_0 on AMX; 2 bytes a weight), fma, float32 with AVX2 or AVX-512 (4 "
-                            "bytes a weight); default OMNIVOICE_CPU_PRODUCTS, else auto: for every weight type but "
-                            "f32, amx on CPUs with AMX-BF16, i16 on AVX2 CPUs without AVX-512, ggml's otherwise. "
+                            "bytes a weight); default OMNIVOICE_CPU_PRODUCTS, else auto: fma for f32 weights; for "
+                            "the others amx on CPUs with AMX-BF16, on AVX2 CPUs without AVX-512 i8 for K-quants and "
+                            "i16 for the rest, ggml's otherwise. "
                             "ggml also keeps ggml's products in the codec, whose convolutions run on fma otherwise")
 
 

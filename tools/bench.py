@@ -58,7 +58,7 @@ QUANTS = ("f32", "f16", "bf16", "q8_0", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q
           "q5_k_m", "q6_k")
 REF_DTYPES = ("float32", "bfloat16", "float16")
 # the CPU products a worker can be asked for (omnivoice.runners.lm.CPU_PRODUCTS; not imported, as above)
-PRODUCTS = ("auto", "ggml", "i16", "amx", "fma")
+PRODUCTS = ("auto", "ggml", "i16", "i8", "amx", "fma")
 
 TEXT_SHORT = "Hello world. This is a test."
 TEXT_LONG = ("The old lighthouse keeper climbed the stairs every evening, counting each step as he went. "

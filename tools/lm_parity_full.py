@@ -98,7 +98,7 @@ def main() -> int:
     p.add_argument("--gguf-dir", type=Path, help="where conversions go (default CHECKPOINT-gguf)")
     p.add_argument("--backend", default="cpu")
     p.add_argument("--quants", default="f32,f16,bf16,q8_0",
-                   help="weight types; TYPE:PRODUCTS picks the CPU's products (ggml, i16, amx or fma, default auto: "
+                   help="weight types; TYPE:PRODUCTS picks the CPU's products (ggml, i16, i8, amx or fma, default auto: "
                         "runners.lm.products_kernel), e.g. f16:ggml,f16:i16,f16:amx,f32:fma")
     p.add_argument("--threads", type=int, help="CPU threads (default: all cores; 1 on a shared machine)")
     p.add_argument("--flash", action="store_true", help="use flash attention where the backend has it")

@@ -133,7 +133,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gguf-dir", type=Path, required=True)
     p.add_argument("--quants", default="f32,bf16,q8_0",
-                   help="weight types; TYPE:PRODUCTS picks the CPU's products (ggml, i16, amx or fma, default auto: "
+                   help="weight types; TYPE:PRODUCTS picks the CPU's products (ggml, i16, i8, amx or fma, default auto: "
                         "runners.lm.products_kernel), e.g. f16:ggml,f16:i16,f16:amx,f32:fma")
     p.add_argument("--shapes", default="auto5,clone5",
                    help=f"comma list of {', '.join(SHAPES)} or TEXT:REF:TARGET token counts, e.g. 28:59:125")

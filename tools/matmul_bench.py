@@ -12,8 +12,9 @@ median of --repeats graph runs after two warm-up runs, the graph holding nothing
 quantized weight that includes quantizing x to the dot-product type, as in the LM). `--repack` adds a row per
 type and extra buffer type of ggml's CPU backend that has a kernel for it here: CPU_REPACK (e.g. Q4_0 and Q4_K
 on AVX2, which our loader uses) and, in builds for CPUs with AMX, AMX (Q4_0, Q4_1, Q8_0 and K-quants on
-Intel's tile units). Types `i16`, `amx` and `fma` are the package's kernels (omnivoice.nn.int16, x86 with AVX2;
-omnivoice.nn.amx, BF16 on Intel's AMX tiles; omnivoice.nn.fma, float32 with AVX2 or AVX-512). numpy and
+Intel's tile units). Types `i16`, `i8`, `amx` and `fma` are the package's kernels (omnivoice.nn.int16 and
+omnivoice.nn.int8, x86 with AVX2; omnivoice.nn.amx, BF16 on Intel's AMX tiles; omnivoice.nn.fma, float32 with
+AVX2 or AVX-512). numpy and
 torch run in their own processes with the thread count fixed before import (OPENBLAS_NUM_THREADS,
 torch.set_num_threads), float32 `W @ x` of the same shapes.
 
@@ -118,9 +119,9 @@ def time_ggml(type_name: str, K: int, M: int, N: int, threads: int, repeats: int
 
 
 def time_packed(name: str, K: int, M: int, N: int, threads: int, repeats: int) -> tuple[float, float] | None:
-    """time_ggml for one of the package's kernels (`i16`: omnivoice.nn.int16, `amx`: omnivoice.nn.amx, `fma`:
-    omnivoice.nn.fma; the weight packed at load, one custom node, after the node that casts (amx) or packs (fma)
-    the input); None where this CPU or build has none."""
+    """time_ggml for one of the package's kernels (`i16`: omnivoice.nn.int16, `i8`: omnivoice.nn.int8, `amx`:
+    omnivoice.nn.amx, `fma`: omnivoice.nn.fma; the weight packed at load, one custom node, after the node that
+    casts (amx) or packs (fma) the input); None where this CPU or build has none."""
     from omnivoice.ggml import Runtime
     from omnivoice.runners.lm import KERNEL_MODULES
 

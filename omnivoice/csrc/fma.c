@@ -388,6 +388,113 @@ void omnivoice_fma_conv(struct ggml_tensor * dst, int ith, int nth, void * userd
     run_share(&J, ith, nth);
 }
 
+#if defined(OMNIVOICE_LIBMVEC)
+/* glibc's libmvec has vector expf variants (as ops.c's sinf): the softmax loop below calls them 8 or 16 at a time */
+__attribute__((simd("notinbranch"))) float expf(float);
+#endif
+
+/* One row of scores to softmax numerators: s[j] = exp(s[j] * scale - max), j < n; returns their sum. Each
+ * operation rounded on its own, as ggml's flash attention does them (scale, then exp of the difference). */
+AVX2 static float softmax_row(float * s, int64_t n, float scale) {
+    float m = -INFINITY, sum = 0.0f;
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; j++) {
+        s[j] = s[j] * scale;
+        m = s[j] > m ? s[j] : m;
+    }
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; j++) {
+        const float e = expf(s[j] - m);
+        s[j] = e;
+        sum += e;
+    }
+    return sum;
+}
+
+/* The thread's buffers for attention: K and V of one kv head packed, a block's scores, queries and outputs. */
+static _Thread_local float * attn_buf;
+static _Thread_local size_t attn_cap;
+
+/* Row i of head h of a [D, heads, n] tensor. */
+static const float * head_row(const struct ggml_tensor * t, int64_t h, int64_t i) {
+    return (const float *) ((const char *) t->data + h * t->nb[1] + i * t->nb[2]);
+}
+
+int omnivoice_fma_attention_supported(int64_t head_dim) { return isa() > 0 && head_dim % mr() == 0; }
+
+/* dst [D * H, n] = softmax(q k^T / sqrt(D)) v over one segment, every query attending every key: q [D, H, n], k and
+ * v [D, Hkv, n] (src[0..2], F32, each head's rows of D contiguous; query head h reads kv head h / (H / Hkv)).
+ *
+ * Why: ggml's CPU flash attention takes one query at a time (a dot product per key, a scalar expf per score, the
+ * online softmax's rescaling of V's running sum): 136-178 ms of a 1.2-1.5 s LM step on the 2-core Zen 3. Here a
+ * block of NR queries of one head is two products on this file's tiles: the scores against K packed in panels of
+ * MR keys (k-major over D), then, after the softmax of each query's row of scores (all keys at once, no
+ * rescaling), the numerators times V packed in panels of MR of its D values; each output is divided by its sum.
+ * Float32 throughout: every score and output is one FMA chain; only the order of the sums differs from ggml's.
+ *
+ * Threads take (head, block of NR queries) items in head-major order and pack a kv head's K and V when they reach
+ * it. D must be a multiple of MR (omnivoice_fma_attention_supported). */
+void omnivoice_fma_attention(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) userdata;
+    const struct ggml_tensor * q = dst->src[0], * k = dst->src[1], * v = dst->src[2];
+    const int m_r = mr(), n_r = nr();
+    const int64_t D = q->ne[0], H = q->ne[1], n = q->ne[2], group = H / k->ne[1];
+    const int64_t blocks = (n + n_r - 1) / n_r, items = H * blocks;
+    const int64_t i0 = items * ith / nth, i1 = items * (ith + 1) / nth;
+    if (i0 == i1) return;
+    const int64_t n_pad = (n + m_r - 1) / m_r * m_r;
+    const size_t need = (size_t) (2 * n_pad * D + n_r * n_pad + 2 * n_r * D);
+    if (need > attn_cap) {
+        free(attn_buf);
+        attn_buf = (float *) aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64);
+        attn_cap = attn_buf ? need : 0;
+        if (!attn_buf) abort();  /* out of memory: no result to give */
+    }
+    float * kp = attn_buf, * vp = kp + n_pad * D, * s = vp + n_pad * D, * qb = s + n_r * n_pad, * ob = qb + n_r * D;
+    const float scale = 1.0f / sqrtf((float) D);
+    const tile_fn tile = tile_for(1);
+    int64_t packed = -1;
+    for (int64_t it = i0; it < i1; it++) {
+        const int64_t h = it / blocks, t0 = it % blocks * n_r, kv = h / group;
+        const int nq = (int) (n - t0 < n_r ? n - t0 : n_r);
+        if (kv != packed) {
+            /* K: panel p holds keys p * MR .. + MR, D rows of MR (zeros past n); V: panel p holds values p * MR ..
+             * + MR of every key, n rows of MR */
+            for (int64_t j = 0; j < n_pad; j++) {
+                float * d = kp + j / m_r * D * m_r + j % m_r;
+                if (j < n) {
+                    const float * kr = head_row(k, kv, j);
+                    for (int64_t c = 0; c < D; c++) d[c * m_r] = kr[c];
+                } else {
+                    for (int64_t c = 0; c < D; c++) d[c * m_r] = 0.0f;
+                }
+            }
+            for (int64_t j = 0; j < n; j++) {
+                const float * vr = head_row(v, kv, j);
+                for (int64_t p = 0; p < D / m_r; p++) memcpy(vp + (p * n + j) * m_r, vr + p * m_r, m_r * sizeof(float));
+            }
+            packed = kv;
+        }
+        for (int t = 0; t < n_r; t++) {
+            if (t < nq) memcpy(qb + t * D, head_row(q, h, t0 + t), D * sizeof(float));
+            else memset(qb + t * D, 0, D * sizeof(float));
+        }
+        for (int64_t p = 0; p < n_pad / m_r; p++) tile(kp + p * D * m_r, qb, D, D, s + p * m_r, n_pad, 0, NULL);
+        float inv[12];
+        for (int t = 0; t < nq; t++) inv[t] = 1.0f / softmax_row(s + t * n_pad, n, scale);
+        for (int64_t p = 0; p < D / m_r; p++) tile(vp + p * n * m_r, s, n_pad, n, ob + p * m_r, D, 0, NULL);
+        for (int t = 0; t < nq; t++) {
+            float * o = (float *) ((char *) dst->data + (t0 + t) * dst->nb[1]) + h * D;
+            for (int64_t c = 0; c < D; c++) o[c] = ob[t * D + c] * inv[t];
+        }
+    }
+    if (attn_cap > ((size_t) 4 << 20)) {  /* a long segment's buffers are not kept for good */
+        free(attn_buf);
+        attn_buf = NULL;
+        attn_cap = 0;
+    }
+}
+
 #else  /* not x86-64 with GCC or Clang: no kernel; the graphs keep ggml's products */
 
 int omnivoice_fma_supported(void) { return 0; }
@@ -401,6 +508,10 @@ void omnivoice_fma_mul_mat(struct ggml_tensor * dst, int ith, int nth, void * us
     (void) dst; (void) ith; (void) nth; (void) userdata; abort();
 }
 void omnivoice_fma_conv(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) dst; (void) ith; (void) nth; (void) userdata; abort();
+}
+int omnivoice_fma_attention_supported(int64_t head_dim) { (void) head_dim; return 0; }
+void omnivoice_fma_attention(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) dst; (void) ith; (void) nth; (void) userdata; abort();
 }
 

@@ -80,6 +80,11 @@ def _load_ops():
              "int omnivoice_i16_supported(void);"
              "void omnivoice_i16_pack(const float *, int64_t, int64_t, void *);"
              "void omnivoice_i16_mul_mat(struct ggml_tensor *, int, int, void *);"
+             "struct omnivoice_i8_weight { const void * data; int64_t M, K; };"
+             "int64_t omnivoice_i8_packed_bytes(int64_t, int64_t);"
+             "int omnivoice_i8_supported(void);"
+             "void omnivoice_i8_pack(const float *, int64_t, int64_t, void *);"
+             "void omnivoice_i8_mul_mat(struct ggml_tensor *, int, int, void *);"
              "struct omnivoice_amx_weight { const void * data; int64_t M, K; };"
              "int64_t omnivoice_amx_packed_bytes(int64_t, int64_t);"
              "int omnivoice_amx_supported(void);"
@@ -94,7 +99,9 @@ def _load_ops():
              "int omnivoice_fma_cols_per_group(void);"
              "void omnivoice_fma_pack_cols(struct ggml_tensor *, int, int, void *);"
              "void omnivoice_fma_mul_mat(struct ggml_tensor *, int, int, void *);"
-             "void omnivoice_fma_conv(struct ggml_tensor *, int, int, void *);")
+             "void omnivoice_fma_conv(struct ggml_tensor *, int, int, void *);"
+             "int omnivoice_fma_attention_supported(int64_t);"
+             "void omnivoice_fma_attention(struct ggml_tensor *, int, int, void *);")
     return ffi.dlopen(str(path))
 
 

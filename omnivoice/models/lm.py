@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .. import nn
+from ..nn import fma
 from ..ggml import Tensor, lib, named, types
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ class LMConfig:
 
 @dataclass(frozen=True)
 class Variant:
-    """Other compositions of the same math, for speed on GPUs (issue 18); all off is the default graph.
+    """Other compositions of the same math, for speed (issue 18 on GPUs; fma_attention on the CPU); all off is
+    the default graph.
 
     qk_rope: q and k of the stacked q/k/v product normed and rotated as one tensor (one RMSNorm, one mul by the
         joint weight `LMLayer.qk_norm`, one RoPE for both; needs stacked projections).
@@ -61,6 +63,9 @@ class Variant:
     fused_casts: typed_inputs for the products whose cast CUDA fuses into the kernel before it (ggml patch
         0005: RMSNorm times its weight, and SwiGLU, written straight as BF16/F16): q/k/v, gate/up, down and the
         audio heads; the attention output is left to its product, which converts it faster than a CPY would.
+    fma_attention: where the CPU would run flash attention with F32 K/V, each segment's attention as one node of
+        the package's FMA kernel (nn.fma.attention: blocks of queries on its tiles, float32) instead (the CPU's
+        default where the kernel runs).
     """
 
     qk_rope: bool = False
@@ -68,6 +73,7 @@ class Variant:
     one_attention: bool = False
     typed_inputs: bool = False
     fused_casts: bool = False
+    fma_attention: bool = False
 
     @classmethod
     def parse(cls, text: str) -> "Variant":
@@ -192,10 +198,14 @@ def concat(ctx, parts: list, dim: int, cpu: bool = False):
 
 
 def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | None, contiguous_qk: bool = False,
-                        cpu: bool = False):
+                        cpu: bool = False, fma_attention: bool = False):
     """Bidirectional attention within each (start, length) segment: q [D, H, L], k/v [D, Hkv, L] -> [D*H, L].
     `contiguous_qk`: see nn.attention (the plain path on Vulkan); `cpu`: the graph runs on the CPU backend (see
-    concat)."""
+    concat); `fma_attention`: Variant.fma_attention."""
+    if cpu and fma_attention and flash_kv == types.F32 and fma.attention_supported(cfg.head_dim):
+        parts = [fma.attention(ctx, positions(ctx, q, s, n), positions(ctx, k, s, n), positions(ctx, v, s, n))
+                 for s, n in segments]                                                      # [D * H, n] each
+        return concat(ctx, parts, 1, cpu)
     if flash_kv is not None and k.type != flash_kv:
         # Once for all segments, while K and V are contiguous.
         k, v = lib.ggml_cast(ctx, k, flash_kv), lib.ggml_cast(ctx, v, flash_kv)
@@ -303,7 +313,7 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
     elif isinstance(segments, PaddedSegments):
         cur = padded_attention(ctx, cfg, q, k, v, segments, flash_kv)
     else:
-        cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk, cpu)
+        cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk, cpu, variant.fma_attention)
     named(cur, "kqv_out", il)                                                                # [D * H, L]
     cur = named(attn_out_product(ctx, layer.o, cur), "attn_out", il)                         # [n_embd, L]
     x = named(lib.ggml_add(ctx, residual, cur), "ffn_inp", il)

@@ -4,7 +4,8 @@
 A matrix is packed once at load into panels of 16 (AVX2) or 32 (AVX-512) outputs; a product is one custom CPU
 node, blocked for the caches, every output one chain of FMAs in k order. A channels-last Conv1d reads its columns
 straight from the activation (`conv`): no column buffer, and the bias is added in the same node. ggml's F32 GEMM
-reads its right operand unblocked, which the codec's long, narrow products pay for (BENCHMARKS.md).
+reads its right operand unblocked, which the codec's long, narrow products pay for (BENCHMARKS.md). The LM's
+attention on the CPU (`attention`) runs on the same tiles.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ggml import ffi, ops
+from ..ggml import ffi, ops, types
 from .basic import custom_node
 from .packed import Kernel, PackedMatrix
 
@@ -66,3 +67,23 @@ def conv(ctx, x, packed: PackedMatrix, taps: int, bias=None, stride: int = 1, pa
 
 
 _GEOMETRY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def attention_supported(head_dim: int) -> bool:
+    """Whether `attention` runs here: the kernel on this CPU, and heads whose size is a multiple of its panels
+    (16 values with AVX2, 32 with AVX-512)."""
+    return available() and bool(ops.omnivoice_fma_attention_supported(head_dim))
+
+
+def attention(ctx, q, k, v):
+    """softmax(q k^T / sqrt(D)) v over one segment, every position attending every other: q [D, H, n], k and v
+    [D, Hkv, n] (F32 views whose heads' rows of D are contiguous; H a multiple of Hkv) -> [D * H, n], one node on the
+    CPU. Float32 as ggml's CPU flash attention with F32 K/V, in blocks of queries on the kernel's tiles instead of
+    one query at a time (csrc/fma.c omnivoice_fma_attention)."""
+    D, H, n = q.ne[0], q.ne[1], q.ne[2]
+    if any(t.type != types.F32 or t.nb[0] != 4 for t in (q, k, v)):
+        raise ValueError("attention: q, k and v must be F32 with contiguous rows")
+    if k.ne[0] != D or v.ne[0] != D or k.ne[2] != n or v.ne[2] != n or k.ne[1] != v.ne[1] or H % k.ne[1]:
+        raise ValueError(f"attention: q {list(q.ne)[:3]}, k {list(k.ne)[:3]} and v {list(v.ne)[:3]} do not fit "
+                         "[D, H, n], [D, Hkv, n], [D, Hkv, n]")
+    return custom_node(ctx, ops.omnivoice_fma_attention, D * H, n, [q, k, v])

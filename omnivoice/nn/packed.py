@@ -1,8 +1,9 @@
 """Products on the package's own CPU kernels (omnivoice/csrc): a matrix packed once at load into a kernel's
 layout, multiplied by one custom graph node.
 
-Three kernels share this plumbing: `nn.int16` (13-bit integers with VPMADDWD, x86 with AVX2), `nn.amx` (BF16
-on Intel's AMX tiles) and `nn.fma` (float32, AVX2 or AVX-512). Each C kernel exports `<prefix>supported`, `<prefix>packed_bytes(M, K)`,
+Four kernels share this plumbing: `nn.int16` (13-bit integers with VPMADDWD, x86 with AVX2), `nn.int8` (8-bit
+activations and 7-bit weights with VPMADDUBSW, AVX2), `nn.amx` (BF16 on Intel's AMX tiles) and `nn.fma`
+(float32, AVX2 or AVX-512). Each C kernel exports `<prefix>supported`, `<prefix>packed_bytes(M, K)`,
 `<prefix>pack(w, M, K, out)` and `<prefix>mul_mat`, a ggml_custom_4d function whose userdata is
 `struct <prefix>weight {data, M, K}`.
 """

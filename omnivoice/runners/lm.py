@@ -25,7 +25,7 @@ from ..gguf import keys as K
 from ..gguf import open_model
 from ..loaders import lm as loader
 from ..models import lm as lm_graph
-from ..nn import amx, fma, int16
+from ..nn import amx, fma, int8, int16
 from ..nn.packed import Kernel
 
 
@@ -55,7 +55,7 @@ MAX_GPU_POSITIONS = 65535
 
 
 # the package's product kernels by their cpu_products name
-KERNEL_MODULES = {"i16": int16, "amx": amx, "fma": fma}
+KERNEL_MODULES = {"i16": int16, "i8": int8, "amx": amx, "fma": fma}
 CPU_PRODUCTS = ("auto", "ggml", *KERNEL_MODULES)
 # threads above which an AVX-512 CPU's F32 LM keeps ggml's products: on the 16-core Xeon the FMA kernel's LM
 # products ran at 0.65-0.98x ggml's at 8 and 16 threads, and its LM step 1.2-1.4x faster at 2 (BENCHMARKS.md)
@@ -72,23 +72,27 @@ def products_choice(choice: str | None = None) -> str:
 
 def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | None = None,
                     stacked: bool = False) -> Kernel | None:
-    """The package's kernel that the LM's products run on (nn.int16, nn.amx, nn.fma), or None for ggml's.
+    """The package's kernel that the LM's products run on (nn.int16, nn.int8, nn.amx, nn.fma), or None for ggml's.
 
-    `choice` (default OMNIVOICE_CPU_PRODUCTS, else "auto"): "ggml"; "i16", "amx" or "fma" (an error where the
-    runtime is not the CPU or the CPU cannot run the kernel); or "auto", on a CPU runtime with unstacked
+    `choice` (default OMNIVOICE_CPU_PRODUCTS, else "auto"): "ggml"; "i16", "i8", "amx" or "fma" (an error where
+    the runtime is not the CPU or the CPU cannot run the kernel); or "auto", on a CPU runtime with unstacked
     projections: for F32 weights fma, float32 like ggml's F32 products and 1.2-1.35x their speed on the 2-core
     Zen 3 (tokens still the reference's in the parity tests; ggml's F32 GEMM reads its right operand unblocked),
     except on AVX-512 CPUs with more than FMA_MAX_AVX512_THREADS threads; for every other weight type (unless the
-    runtime is exact_f32, which keeps ggml's products there) amx where the CPU has AMX-BF16, i16 where it has AVX2
-    but no AVX-512. Without AVX-512 ggml's kernels are bound by 8-lane FMAs
-    (or, for Q8_0 and the K-quants, integer dot products no faster), and the int16 kernel, with F16's rounding
-    error, ran the LM step 1.4-1.8x faster than ggml's F16, Q8_0 and Q4_K_M products on the 2-core Zen 3,
+    runtime is exact_f32, which keeps ggml's products there) amx where the CPU has AMX-BF16, and where it has AVX2
+    but no AVX-512 i8 for K-quant weights (Q2_K to Q6_K), i16 for the others. Without AVX-512 ggml's kernels are
+    bound by 8-lane FMAs (or, for Q8_0 and the K-quants, integer dot products no faster), and the int16 kernel,
+    with F16's rounding error, ran the LM step 1.4-1.8x faster than ggml's F16, Q8_0 and Q4_K_M products on the
+    2-core Zen 3,
     agreeing with float32 as F16 does and better than ggml's Q8_0 (whose products round the activations to 8 bits).
     With AMX, the AMX kernel's BF16 products ran 1.5-2.1x ggml's AMX Q8_0 ones on the 16-core Emerald Rapids host
     (3.5-4.7 TFLOP/s at 16 threads), agreeing with float32 as BF16 does (94 % of the teacher-forced choices against
-    Q8_0's 85 %): BENCHMARKS.md. The packed matrices take 2 bytes a weight (fma: 4, as the F32 file), more than a
-    Q8_0 or K-quant file's. `stacked` projections (the qk_rope variant) keep ggml's products (a kernel named is then
-    an error)."""
+    Q8_0's 85 %): BENCHMARKS.md. The int8 kernel runs the step 1.2-1.35x faster than the int16 one there, with
+    8-bit activations and 7-bit weights: the precision of ggml's own K-quant products (which round the activations
+    to 8 bits), well below F16's, so it is the default only where the weights have 6 bits or fewer (Q4_K_M: 40 % of
+    the teacher-forced choices against ggml's 44 % and i16's 43 %; Q8_0 would fall from i16's 93 % to 77 %). The
+    packed matrices take 2 bytes a weight (i8: 1; fma: 4, as the F32 file), more than a Q8_0 or K-quant file's.
+    `stacked` projections (the qk_rope variant) keep ggml's products (a kernel named is then an error)."""
     choice = products_choice(choice)
     if choice == "ggml":
         return None
@@ -117,7 +121,11 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
         return None
     if amx.available():
         return amx.KERNEL
-    return int16.KERNEL if int16.available() and not avx512 else None
+    if avx512:
+        return None
+    if weight_type in types.K_QUANTS and int8.available():
+        return int8.KERNEL
+    return int16.KERNEL if int16.available() else None
 
 
 class LanguageModel:
@@ -132,14 +140,15 @@ class LanguageModel:
         `variant`: another composition of the graph (models.lm.Variant; qk_rope stacks the projections);
         default (OMNIVOICE_LM_VARIANT, e.g. "none" or "kv_rows", overrides): kv_rows on CUDA with F16 K/V (one
         fused kernel for K's norm, RoPE and cast on CUDA: 3.54 against 4.04 ms per 5 s step on the H200),
-        with fused_casts where the ggml build fuses them (patch 0005), else the plain graph.
+        with fused_casts where the ggml build fuses them (patch 0005); on the CPU fma_attention (its attention on
+        the package's FMA kernel where that runs); else the plain graph.
         `padded_attention` (default: on GPUs with flash attention; OMNIVOICE_PADDED_ATTENTION=0/1 overrides)
         attends the segments of a packed batch in padded buckets (models.lm.padded_attention), a few kernels
         per layer instead of one per segment; the CPU keeps one call per segment, exact per request.
         `max_graphs` and `max_graph_bytes`: how many closed sessions' graphs are kept, and how much compute memory
         they may hold together, for the next session of the same shape (default 8 graphs within 512 MiB on GPUs,
         none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused).
-        `cpu_products`: auto, ggml, i16, amx or fma (see products_kernel)."""
+        `cpu_products`: auto, ggml, i16, i8, amx or fma (see products_kernel)."""
         self.runtime = runtime
         f = open_model(path, loader.ARCH)
         self.cfg = loader.read_config(f)
@@ -151,8 +160,9 @@ class LanguageModel:
                 cuda_f16_kv = runtime.device.backend.lower() == "cuda" and not runtime.exact_f32
                 # fused_casts where the build fuses them (patch 0005; without it the casts would be CPY kernels
                 # of their own): 64 packed requests 77.2 -> 72.7 ms a step on the H200, auto5 2.96 -> 2.85
+                # the CPU: its attention on the package's FMA kernel where that runs (Variant.fma_attention)
                 variant = (lm_graph.Variant(kv_rows=True, fused_casts=built_with_patch("0005-")) if cuda_f16_kv
-                           else lm_graph.DEFAULT)
+                           else lm_graph.Variant(fma_attention=not runtime.is_gpu))
         if stack_projections is None:
             stack_projections = runtime.is_gpu or variant.qk_rope
         if variant.qk_rope and not stack_projections:
@@ -163,7 +173,7 @@ class LanguageModel:
         kernel = products_kernel(runtime, weight_type, cpu_products, stack_projections)
         self.weights, self.store = loader.load_weights(runtime, f, self.cfg, stack=stack_projections,
                                                        joint_qk_norm=variant.qk_rope, packed_products=kernel)
-        # the package's kernel that the products run on ("i16", "amx"), or None for ggml's (a matrix whose rows do
+        # the package's kernel that the products run on ("i16", "i8", "amx", "fma"), or None for ggml's (a matrix whose rows do
         # not split into the kernel's blocks keeps ggml's)
         self.cpu_products = kernel.name if self.weights.packed else None
         # Flash attention keeps K/V in F16 on GPUs (their kernels take that and accumulate in F32); the CPU

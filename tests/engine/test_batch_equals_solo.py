@@ -178,8 +178,10 @@ def assert_close_step(got: dict, want: dict, what: str, gpu: bool) -> None:
 def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf, kv):
     """The GPU's attention layout (segments of similar length padded into one call per bucket, K and V
     scattered into it in their flash-attention type, F16 on GPUs) computes the same logits as one call per
-    segment, up to summation order; the CPU default keeps per-segment calls."""
+    segment (ggml's flash attention: the plain graph, not the CPU's FMA attention), up to summation order; the CPU
+    default keeps per-segment calls."""
     from omnivoice.ggml import types
+    from omnivoice.models.lm import Variant
     from omnivoice.pipeline import Chunk
     from omnivoice.runners.lm import LanguageModel, padded_buckets
 
@@ -189,7 +191,8 @@ def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf, kv):
               ("z" * 40, 125)]
     prompts = [ov.pipeline._prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
     tokens = [np.full((8, p.n_target), 1024, np.int32) for p in prompts]
-    models = [LanguageModel(ov.lm.runtime, tiny_gguf["f32"], padded_attention=padded) for padded in (False, True)]
+    models = [LanguageModel(ov.lm.runtime, tiny_gguf["f32"], padded_attention=padded, variant=Variant())
+              for padded in (False, True)]
     if not models[1].flash_attn:
         for lm in models:
             lm.close()

@@ -17,7 +17,7 @@ from omnivoice.runners.lm import LanguageModel
 
 from .test_lm import random_prompt
 
-ALL = "qk_rope,kv_rows,one_attention,typed_inputs,fused_casts"
+ALL = "qk_rope,kv_rows,one_attention,typed_inputs,fused_casts,fma_attention"
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,11 @@ def step(runtime, path, prompts, variant: Variant, kv_type: int | None = None):
 
 def assert_same(out, base, bitwise: bool, bound: float = 1e-6):
     for o, b in zip(out, base):
-        np.testing.assert_array_equal(o["pred"], b["pred"])
+        if bitwise:
+            np.testing.assert_array_equal(o["pred"], b["pred"])
+        else:  # sums in another order may flip a near-tie of the random model's flat logits (1 of 160 with BF16
+            # weights on the 16-core Xeon, one_attention)
+            assert np.mean(o["pred"] == b["pred"]) >= 0.99
         for key in ("cond_logits", "uncond_logits"):
             if bitwise:
                 np.testing.assert_array_equal(o[key], b[key])
@@ -48,12 +52,19 @@ def assert_same(out, base, bitwise: bool, bound: float = 1e-6):
 
 
 @pytest.mark.parametrize("quant", ["f32", "bf16"])
-@pytest.mark.parametrize("names", ["qk_rope", "kv_rows", "one_attention", "typed_inputs", "kv_rows,fused_casts", ALL])
+@pytest.mark.parametrize("names", ["qk_rope", "kv_rows", "one_attention", "typed_inputs", "kv_rows,fused_casts",
+                                   "fma_attention", ALL])
 def test_variant_computes_what_the_default_graph_does(runtime, tiny_gguf, prompts, quant, names):
     base = step(runtime, tiny_gguf[quant], prompts, Variant())
     out = step(runtime, tiny_gguf[quant], prompts, Variant.parse(names))
-    bitwise = runtime.device.kind == "cpu" and "one_attention" not in names
-    assert_same(out, base, bitwise, 1e-6 if runtime.device.kind == "cpu" else 1e-5)
+    # one attention call, or the FMA kernel's attention (CPU), sums in another order
+    bitwise = runtime.device.kind == "cpu" and "one_attention" not in names and "fma_attention" not in names
+    bound = 1e-6 if runtime.device.kind == "cpu" else 1e-5
+    if quant == "bf16" and "fma_attention" in names and runtime.device.kind == "cpu":
+        # the next layer's BF16 products round their inputs to 8 bits: an activation 1e-7 away may round to the
+        # neighbouring BF16 value (measured: 1.8e-3 of the logits' scale on the tiny model)
+        bound = 1e-2
+    assert_same(out, base, bitwise, bound)
 
 
 def test_kv_rows_convert_as_the_cast_does(runtime, tiny_gguf, prompts):

@@ -1,4 +1,4 @@
-"""The FMA kernel (omnivoice/csrc/fma.c, omnivoice.nn.fma): products and channels-last convolutions against float64
+"""The FMA kernel (omnivoice/csrc/fma.c, omnivoice.nn.fma): products, channels-last convolutions and attention against float64
 numpy, over the edges of its tiles (partial panels of outputs, partial groups of columns), the padding of a conv,
 its strides and dilations, and thread counts."""
 
@@ -81,3 +81,58 @@ def test_conv_is_torchs_conv1d(cpu_run, rng, IC, OC, K, T, stride, padding, dila
     y = cpu_run(build, inputs)
     want = reference_conv(x, w, b, stride, padding, dilation)
     close_to_float64(np.asarray(y).reshape(want.shape[1], OC).T, want, IC * K)
+
+
+def reference_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Softmax attention in float64, every query over every key: q (n, H, D), k and v (n, Hkv, D) -> (n, H * D);
+    query head h reads kv head h // (H / Hkv)."""
+    n, H, D = q.shape
+    group = H // k.shape[1]
+    kk, vv = (np.repeat(a.astype(np.float64), group, axis=1) for a in (k, v))
+    s = np.einsum("ihd,jhd->hij", q.astype(np.float64), kk) / np.sqrt(D)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("hij,jhd->ihd", p, vv).reshape(n, H * D)
+
+
+def segments_attention(run, q, k, v, segments) -> np.ndarray:
+    """fma.attention on each (start, length) segment of the packed positions (views, as the LM's graph takes
+    them), side by side."""
+    from omnivoice.models.lm import positions
+
+    def build(ctx, ws, q, k, v):
+        return nn.concat(ctx, [fma.attention(ctx, positions(ctx, q, s, n), positions(ctx, k, s, n),
+                                             positions(ctx, v, s, n)) for s, n in segments], 1)
+
+    return run(build, {"q": q, "k": k, "v": v}).reshape(q.shape[0], -1)
+
+
+# D: panels of 16 (AVX2) or 32 (AVX-512) values; n: blocks of 6 or 12 queries, some partial, and panels of keys
+@pytest.mark.parametrize("D,H,Hkv", [(32, 4, 2), (128, 2, 2)])
+@pytest.mark.parametrize("segments", [[(0, 1)], [(0, 7), (7, 37)], [(0, 150)]])
+def test_attention_is_softmax_attention(cpu_run, rng, D, H, Hkv, segments):
+    L = segments[-1][0] + segments[-1][1]
+    q = rng.standard_normal((L, H, D)).astype(np.float32)
+    k = rng.standard_normal((L, Hkv, D)).astype(np.float32)
+    v = rng.standard_normal((L, Hkv, D)).astype(np.float32)
+    got = segments_attention(cpu_run, q, k, v, segments)
+    want = np.concatenate([reference_attention(q[s:s + n], k[s:s + n], v[s:s + n]) for s, n in segments])
+    assert np.max(np.abs(got - want)) <= 1e-5 * np.max(np.abs(want))
+
+
+def test_attention_threads_give_the_same_bits(one_thread_cpu_run, cpu_run, rng):
+    q = rng.standard_normal((45, 4, 32)).astype(np.float32)
+    k, v = (rng.standard_normal((45, 2, 32)).astype(np.float32) for _ in range(2))
+    np.testing.assert_array_equal(segments_attention(one_thread_cpu_run, q, k, v, [(0, 45)]),
+                                  segments_attention(cpu_run, q, k, v, [(0, 45)]))
+
+
+def test_attention_refuses_what_it_cannot_take(cpu_run):
+    from omnivoice.ggml import lib, types
+
+    q = np.zeros((5, 3, 32), np.float32)
+    k = np.zeros((5, 2, 32), np.float32)
+    with pytest.raises(ValueError, match="do not fit"):
+        cpu_run(lambda ctx, ws, q, k: fma.attention(ctx, q, k, k), {"q": q, "k": k})
+    with pytest.raises(ValueError, match="F32"):
+        cpu_run(lambda ctx, ws, q: fma.attention(ctx, q, lib.ggml_cast(ctx, q, types.F16), q), {"q": q})

@@ -25,6 +25,8 @@
 # PART=profile: after the conversions, tools/op_profile.py lm (the first of QUANTS) and decode at
 # PROFILE_THREADS (16 2).
 # PART=batch: after the conversions, only the LM step of 1, 2 and 4 packed prompts (BATCH_THREADS, 16).
+# PART=step: the LM step (tools/lm_step_time.py, QUANTS) per graph variant, alternated over two rounds:
+# STEP_VARIANTS ("none fma_attention"), STEP_THREADS ("16 2"), STEP_SHAPES (auto5,clone5).
 # PART may list several, run in this order: e.g. PART=matmul,profile,bench (bench: the side by side, the default).
 # PROFILE_DECODE (auto): the decode profile once per OMNIVOICE_CPU_PRODUCTS named, e.g. "ggml auto" (the codec's
 # convolutions on ggml's products, then on the package's FMA kernel).
@@ -75,8 +77,9 @@ python3 -c "from omnivoice.ggml import list_devices; print([d.description for d 
 python3 -c "from omnivoice.ggml import Runtime, lib; rt = Runtime('cpu');
 print('extra buffer types', list(rt.extra_buffer_types),
   {t: rt.weight_buffer(getattr(lib, 'GGML_TYPE_' + t), [1024, 3072]) for t in ('Q8_0', 'Q4_K', 'Q4_0')})" >&2
-python3 -c "from omnivoice.nn import amx, fma, int16
-print('package kernels: amx', amx.available(), 'i16', int16.available(), 'fma', fma.available())" >&2
+python3 -c "from omnivoice.nn import amx, fma, int8, int16
+print('package kernels: amx', amx.available(), 'i16', int16.available(), 'i8', int8.available(),
+      'fma', fma.available(), 'fma attention (D 128)', fma.attention_supported(128))" >&2
 if [ -n "${TESTS:-}" ]; then  # e.g. TESTS="tests/nn/test_amx.py tests/models/test_lm_packed.py": this CPU's kernels
   log "pytest $TESTS"
   timeout 240 python3 -m pytest -q -p no:cacheprovider -rs $TESTS > "$OUT/tests.log" 2>&1
@@ -105,6 +108,19 @@ if part batch; then  # does packing requests pay on this many-core CPU? (the ser
   timeout $(( $(left) - 5 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf-cpu" --quants "$QUANTS" --backend cpu \
     --threads "${BATCH_THREADS:-16}" --shapes auto5 --batch 1,2,4 --repeats 3 --json "$OUT/xeon-batch.jsonl" 2>&1 |
     tee "$OUT/xeon-batch.md"
+fi
+
+if part step; then  # the LM step with graph variants alternated (e.g. the CPU attention: none against the default)
+  for round in 1 2; do
+    for t in ${STEP_THREADS:-16 2}; do
+      for v in ${STEP_VARIANTS:-none fma_attention}; do
+        log "lm_step_time $QUANTS at $t threads, variant $v, round $round"
+        timeout $(( $(left) / 3 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf-cpu" --quants "$QUANTS" \
+          --backend cpu --threads "$t" --shapes "${STEP_SHAPES:-auto5,clone5}" --variant "$v" --repeats 3 \
+          --label "$v round $round" --json "$OUT/xeon-step.jsonl" 2>&1 | grep -v '^ ' | tee -a "$OUT/xeon-step.md"
+      done
+    done
+  done
 fi
 
 if part profile; then  # where an LM step's and a decode's time goes, op by op (tools/op_profile.py)
