@@ -48,35 +48,11 @@ int64_t omnivoice_i8_packed_bytes(int64_t M, int64_t K) {
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define TARGET __attribute__((target("avx2,fma")))
+#include "integer.h"
 
 int omnivoice_i8_supported(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
-/* max |v| of n floats (n a multiple of 8), or +inf when any is NaN or infinite (the scale is then NaN). */
-TARGET static float amax_of(const float * v, int64_t n) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
-        const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(v + i));
-        m = _mm256_max_ps(m, a);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-    }
-    float lanes[8], out = 0;
-    _mm256_storeu_ps(lanes, m);
-    for (int i = 0; i < 8; i++) out = lanes[i] > out ? lanes[i] : out;
-    return _mm256_movemask_ps(bad) || isinf(out) ? INFINITY : out;
-}
-
-/* The scale of a block whose largest |value| is amax, and its inverse (0 for a zero block or one of subnormals,
- * whose inverse would overflow; NaN for a block with NaN or inf). */
-static void block_scale(float amax, float qmax, float * s, float * inv) {
-    *s = isinf(amax) ? NAN : amax / qmax;
-    *inv = *s > 0 ? 1.0f / *s : 0.0f;
-    if (isinf(*inv)) *s = *inv = 0.0f;
 }
 
 /* 32 values of v * inv rounded to nearest, plus `off`, as bytes in k order: signed (off 0) or unsigned. */
@@ -179,11 +155,6 @@ TARGET static void panel_times_group(const int8_t * w, const float * ws, const i
           "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
 }
 
-/* The thread's buffer for its packed columns, as in products.c. */
-static _Thread_local void * columns_buf;
-static _Thread_local size_t columns_cap;
-#define KEEP_BYTES ((size_t) 16 << 20)
-
 /* dst [M, N] = W x for x [K, N] F32 (src[0], rows contiguous), W the packed weight of `userdata`
  * (struct omnivoice_i8_weight): a ggml_custom_4d node. Thread ith of nth takes groups of 6 columns. */
 TARGET void omnivoice_i8_mul_mat(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
@@ -195,13 +166,7 @@ TARGET void omnivoice_i8_mul_mat(struct ggml_tensor * dst, int ith, int nth, voi
     if (g0 == g1) return;
     /* per group and block: KB * NR bytes, then NR scales */
     const size_t block_bytes = KB * NR + NR * 4, need = (size_t) (g1 - g0) * nb * block_bytes;
-    if (need > columns_cap) {
-        free(columns_buf);
-        columns_buf = aligned_alloc(64, (need + 63) / 64 * 64);
-        columns_cap = columns_buf ? need : 0;
-        if (!columns_buf) abort();  /* out of memory: no result to give */
-    }
-    char * packed = (char *) columns_buf;
+    char * packed = columns_buffer(need);
     for (int64_t g = g0; g < g1; g++) {
         const int cols = (int) (N - g * NR < NR ? N - g * NR : NR);
         for (int64_t b = 0; b < nb; b++) {
@@ -216,23 +181,15 @@ TARGET void omnivoice_i8_mul_mat(struct ggml_tensor * dst, int ith, int nth, voi
     const int32_t * wcorr = (const int32_t *) (wscales + panels * nb * MR);
     /* panel-major: a panel's K * 16 bytes stay in L2 while the thread's columns pass */
     for (int64_t p = 0; p < panels; p++) {
-        const int rows = (int) (M - p * MR < MR ? M - p * MR : MR);
         for (int64_t g = g0; g < g1; g++) {
             float c[NR * MR] __attribute__((aligned(32)));
             memset(c, 0, sizeof c);
             panel_times_group(wq + p * nb * KB * MR, wscales + p * nb * MR, wcorr + p * nb * MR,
                               (const int32_t *) (packed + (g - g0) * nb * block_bytes), c, (long) nb);
-            const int cols = (int) (N - g * NR < NR ? N - g * NR : NR);
-            for (int t = 0; t < cols; t++)
-                memcpy((char *) dst->data + (g * NR + t) * dst->nb[1] + p * MR * sizeof(float), c + t * MR,
-                       rows * sizeof(float));
+            store_tile(dst, c, g, p, NR, MR);
         }
     }
-    if (columns_cap > KEEP_BYTES) {
-        free(columns_buf);
-        columns_buf = NULL;
-        columns_cap = 0;
-    }
+    release_columns();
 }
 
 #else  /* not x86-64 with GCC or Clang: no kernel; the loader keeps ggml's products */

@@ -48,28 +48,11 @@ int64_t omnivoice_i16_packed_bytes(int64_t M, int64_t K) {
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define TARGET __attribute__((target("avx2,fma")))
+#include "integer.h"
 
 int omnivoice_i16_supported(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
-/* max |v| of n floats (n a multiple of 8), or +inf when any is NaN or infinite: the scale is then NaN, and so are
- * the outputs that read it, as a float product's would be. */
-TARGET static float amax_of(const float * v, int64_t n) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 m = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
-        const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(v + i));
-        m = _mm256_max_ps(m, a);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
-    }
-    float lanes[8], out = 0;
-    _mm256_storeu_ps(lanes, m);
-    for (int i = 0; i < 8; i++) out = lanes[i] > out ? lanes[i] : out;
-    return _mm256_movemask_ps(bad) || isinf(out) ? INFINITY : out;
 }
 
 /* 16 values of v / s rounded to int16 pairs: 8 int32, each two adjacent k. */
@@ -90,11 +73,8 @@ TARGET static void quantize_block(const float * src, int64_t stride, int rows, i
             continue;
         }
         const float * v = src + r * stride;
-        const float amax = amax_of(v, KB);
-        float s = isinf(amax) ? NAN : amax / qmax;
-        float inv_s = s > 0 ? 1.0f / s : 0.0f;
-        if (isinf(inv_s)) s = inv_s = 0.0f;  /* a block of subnormals: zeros (1/s would overflow) */
-        scales[r] = s;
+        float inv_s;
+        block_scale(amax_of(v, KB), qmax, &scales[r], &inv_s);
         const __m256 inv = _mm256_set1_ps(inv_s);
         for (int k = 0; k < KB; k += 16) {
             int32_t pairs[8];
@@ -168,13 +148,6 @@ TARGET static void kernel_6x16(const int16_t * w, const float * ws, const int32_
     }
 }
 
-/* The thread's buffer for its packed columns, grown as needed and kept for the next product (ggml's CPU threads
- * are long-lived; a 5 s request's product of 272 columns and K = 3072 packs 0.8 MiB, 0.4 MiB a thread of two),
- * unless larger than KEEP_BYTES: a batch of 64 requests would otherwise pin tens of MiB a thread for good. */
-static _Thread_local void * columns_buf;
-static _Thread_local size_t columns_cap;
-#define KEEP_BYTES ((size_t) 16 << 20)
-
 /* dst [M, N] = W x for x [K, N] F32 (src[0], rows contiguous), W the packed weight of `userdata`
  * (struct omnivoice_i16_weight): a ggml_custom_4d node. Thread ith of nth takes groups of 6 columns. */
 TARGET void omnivoice_i16_mul_mat(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
@@ -186,13 +159,7 @@ TARGET void omnivoice_i16_mul_mat(struct ggml_tensor * dst, int ith, int nth, vo
     if (g0 == g1) return;
     /* per group and block: KB * NR int16, then NR scales */
     const size_t block_bytes = KB * NR * 2 + NR * 4, need = (size_t) (g1 - g0) * nb * block_bytes;
-    if (need > columns_cap) {
-        free(columns_buf);
-        columns_buf = aligned_alloc(64, (need + 63) / 64 * 64);
-        columns_cap = columns_buf ? need : 0;
-        if (!columns_buf) abort();  /* out of memory: no result to give */
-    }
-    char * packed = (char *) columns_buf;
+    char * packed = columns_buffer(need);
     for (int64_t g = g0; g < g1; g++) {
         const int cols = (int) (N - g * NR < NR ? N - g * NR : NR);
         for (int64_t b = 0; b < nb; b++) {
@@ -206,7 +173,6 @@ TARGET void omnivoice_i16_mul_mat(struct ggml_tensor * dst, int ith, int nth, vo
     const float * wscales = (const float *) (wq + panels * K * MR);
     /* panel-major: a panel's K * 16 weights (96 KiB at K = 3072) stay in L2 while the thread's columns pass */
     for (int64_t p = 0; p < panels; p++) {
-        const int rows = (int) (M - p * MR < MR ? M - p * MR : MR);
         for (int64_t g = g0; g < g1; g++) {
             float c[NR * MR] __attribute__((aligned(32)));
             memset(c, 0, sizeof c);
@@ -215,17 +181,10 @@ TARGET void omnivoice_i16_mul_mat(struct ggml_tensor * dst, int ith, int nth, vo
                 kernel_6x16(wq + (p * nb + b) * KB * MR, wscales + (p * nb + b) * MR, (const int32_t *) block,
                             (const float *) (block + KB * NR * 2), c);
             }
-            const int cols = (int) (N - g * NR < NR ? N - g * NR : NR);
-            for (int t = 0; t < cols; t++)
-                memcpy((char *) dst->data + (g * NR + t) * dst->nb[1] + p * MR * sizeof(float), c + t * MR,
-                       rows * sizeof(float));
+            store_tile(dst, c, g, p, NR, MR);
         }
     }
-    if (columns_cap > KEEP_BYTES) {
-        free(columns_buf);
-        columns_buf = NULL;
-        columns_cap = 0;
-    }
+    release_columns();
 }
 
 #else  /* not x86-64 with GCC or Clang: no kernel; the loader keeps ggml's products */
