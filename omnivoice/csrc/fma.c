@@ -1,5 +1,6 @@
 /* Float32 products and channels-last convolutions with FMA on x86 CPUs (AVX2 or AVX-512): the codec's
- * convolutions on the CPU and, with `cpu_products="fma"`, the LM's F32 products.
+ * convolutions on the CPU and, with `cpu_products="fma"`, the LM's F32 products; and, on the same tiles, the LM's
+ * attention on the CPU (omnivoice_fma_attention, at the end).
  *
  * Why: ggml's F32 GEMM (llamafile's tinyBLAS) reads its right operand straight from the tensor, tile by tile,
  * with no blocking for the caches. On the codec's products (few outputs: 32-1024 channels; many columns: up to
@@ -166,15 +167,18 @@ struct job {
 static _Thread_local float * copy_buf;
 static _Thread_local size_t copy_cap;
 
-static float * thread_copies(size_t n) {
-    if (n > copy_cap) {
-        free(copy_buf);
-        copy_buf = (float *) aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
-        copy_cap = copy_buf ? n : 0;
-        if (!copy_buf) abort();  /* out of memory: no result to give */
+/* *buf, grown to hold at least n floats (64-byte aligned). */
+static float * grown(float ** buf, size_t * cap, size_t n) {
+    if (n > *cap) {
+        free(*buf);
+        *buf = (float *) aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+        *cap = *buf ? n : 0;
+        if (!*buf) abort();  /* out of memory: no result to give */
     }
-    return copy_buf;
+    return *buf;
 }
+
+static float * thread_copies(size_t n) { return grown(&copy_buf, &copy_cap, n); }
 
 /* Where group g's NR columns of block (tap j, channels c0..c0+kc) are. Straight in x when all lie inside it and
  * inside N and `direct` (returns x's pointer, *xs its column step in floats); else copied k-major into `spare`
@@ -429,7 +433,8 @@ int omnivoice_fma_attention_supported(int64_t head_dim) { return isa() > 0 && he
  * online softmax's rescaling of V's running sum): 136-178 ms of a 1.2-1.5 s LM step on the 2-core Zen 3. Here a
  * block of NR queries of one head is two products on this file's tiles: the scores against K packed in panels of
  * MR keys (k-major over D), then, after the softmax of each query's row of scores (all keys at once, no
- * rescaling), the numerators times V packed in panels of MR of its D values; each output is divided by its sum.
+ * rescaling), the numerators times V packed in panels of MR of its D values; each output is then multiplied by
+ * the inverse of its sum, as ggml's are.
  * Float32 throughout: every score and output is one FMA chain; only the order of the sums differs from ggml's.
  *
  * Threads take (head, block of NR queries) items in head-major order and pack a kv head's K and V when they reach
@@ -443,14 +448,8 @@ void omnivoice_fma_attention(struct ggml_tensor * dst, int ith, int nth, void * 
     const int64_t i0 = items * ith / nth, i1 = items * (ith + 1) / nth;
     if (i0 == i1) return;
     const int64_t n_pad = (n + m_r - 1) / m_r * m_r;
-    const size_t need = (size_t) (2 * n_pad * D + n_r * n_pad + 2 * n_r * D);
-    if (need > attn_cap) {
-        free(attn_buf);
-        attn_buf = (float *) aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64);
-        attn_cap = attn_buf ? need : 0;
-        if (!attn_buf) abort();  /* out of memory: no result to give */
-    }
-    float * kp = attn_buf, * vp = kp + n_pad * D, * s = vp + n_pad * D, * qb = s + n_r * n_pad, * ob = qb + n_r * D;
+    float * kp = grown(&attn_buf, &attn_cap, (size_t) (2 * n_pad * D + n_r * n_pad + 2 * n_r * D));
+    float * vp = kp + n_pad * D, * s = vp + n_pad * D, * qb = s + n_r * n_pad, * ob = qb + n_r * D;
     const float scale = 1.0f / sqrtf((float) D);
     const tile_fn tile = tile_for(1);
     int64_t packed = -1;
@@ -471,7 +470,8 @@ void omnivoice_fma_attention(struct ggml_tensor * dst, int ith, int nth, void * 
             }
             for (int64_t j = 0; j < n; j++) {
                 const float * vr = head_row(v, kv, j);
-                for (int64_t p = 0; p < D / m_r; p++) memcpy(vp + (p * n + j) * m_r, vr + p * m_r, m_r * sizeof(float));
+                for (int64_t p = 0; p < D / m_r; p++)
+                    memcpy(vp + (p * n + j) * m_r, vr + p * m_r, m_r * sizeof(float));
             }
             packed = kv;
         }

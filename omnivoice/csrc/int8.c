@@ -32,7 +32,7 @@
 
 #define MR 16    /* rows of W a panel */
 #define NR 6     /* columns of X a group */
-#define KB 128  /* K a block: one scale per row (column) and block */
+#define KB 128   /* K a block: one scale per row (column) and block */
 #define QW 63.0f
 #define QX 127.0f
 #define XOFF 128 /* x's bytes are q + XOFF */

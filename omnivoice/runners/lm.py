@@ -83,8 +83,8 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
     but no AVX-512 i8 for K-quant weights (Q2_K to Q6_K), i16 for the others. Without AVX-512 ggml's kernels are
     bound by 8-lane FMAs (or, for Q8_0 and the K-quants, integer dot products no faster), and the int16 kernel,
     with F16's rounding error, ran the LM step 1.4-1.8x faster than ggml's F16, Q8_0 and Q4_K_M products on the
-    2-core Zen 3,
-    agreeing with float32 as F16 does and better than ggml's Q8_0 (whose products round the activations to 8 bits).
+    2-core Zen 3, agreeing with float32 as F16 does and better than ggml's Q8_0 (whose products round the
+    activations to 8 bits).
     With AMX, the AMX kernel's BF16 products ran 1.5-2.1x ggml's AMX Q8_0 ones on the 16-core Emerald Rapids host
     (3.5-4.7 TFLOP/s at 16 threads), agreeing with float32 as BF16 does (94 % of the teacher-forced choices against
     Q8_0's 85 %): BENCHMARKS.md. The int8 kernel runs the step 1.2-1.35x faster than the int16 one there, with
@@ -173,8 +173,8 @@ class LanguageModel:
         kernel = products_kernel(runtime, weight_type, cpu_products, stack_projections)
         self.weights, self.store = loader.load_weights(runtime, f, self.cfg, stack=stack_projections,
                                                        joint_qk_norm=variant.qk_rope, packed_products=kernel)
-        # the package's kernel that the products run on ("i16", "i8", "amx", "fma"), or None for ggml's (a matrix whose rows do
-        # not split into the kernel's blocks keeps ggml's)
+        # the package's kernel that the products run on ("i16", "i8", "amx", "fma"), or None for ggml's (a matrix
+        # whose rows do not split into the kernel's blocks keeps ggml's)
         self.cpu_products = kernel.name if self.weights.packed else None
         # Flash attention keeps K/V in F16 on GPUs (their kernels take that and accumulate in F32); the CPU
         # kernel takes F32 K/V and then accumulates in F32 too (with F16 K/V it accumulates V in F16, 1e-2 off
