@@ -29,7 +29,8 @@
 # STEP_VARIANTS ("none fma_attention"), STEP_THREADS ("16 2"), STEP_SHAPES (auto5,clone5).
 # PART may list several, run in this order: e.g. PART=matmul,profile,bench (bench: the side by side, the default).
 # PROFILE_DECODE (auto): the decode profile once per OMNIVOICE_CPU_PRODUCTS named, e.g. "ggml auto" (the codec's
-# convolutions on ggml's products, then on the package's FMA kernel).
+# convolutions on ggml's products, then on the package's FMA kernel). PROFILE_ENCODE=1: also the encode of a 2.4 s
+# clip (a clone's reference).
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
 PART=${PART:-bench}
@@ -134,6 +135,8 @@ if part profile; then  # where an LM step's and a decode's time goes, op by op (
       OMNIVOICE_CPU_PRODUCTS=$p timeout $(( $(left) / 4 )) python3 tools/op_profile.py decode \
         --codec "$W"/gguf-cpu/*tokenizer*.gguf --threads "$t" --top 10 2>&1 | tee "$OUT/profile-decode-$p-T$t.md"
     done
+    [ "${PROFILE_ENCODE:-0}" = 1 ] && timeout $(( $(left) / 4 )) python3 tools/op_profile.py encode \
+      --codec "$W"/gguf-cpu/*tokenizer*.gguf --seconds 2.4 --threads "$t" --top 16 2>&1 | tee "$OUT/profile-encode-T$t.md"
   done
 fi
 
