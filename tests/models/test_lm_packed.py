@@ -100,6 +100,27 @@ def test_amx_beside_ggmls_amx_kernels(k256_gguf):
     np.testing.assert_array_equal(first[1], again[1])
 
 
+def test_files_take_the_rules_kernel(k256_gguf, monkeypatch):
+    """The rule applied to real files: the type of the first product matrix decides (the Q4_K_M file's q_proj is
+    Q4_K, its v_proj and down_proj in some layers Q6_K), whatever this CPU has."""
+    from omnivoice.ggml import backend, lib
+
+    monkeypatch.delenv("OMNIVOICE_CPU_PRODUCTS", raising=False)
+    want = {}
+    with Runtime("cpu", exact_f32=False) as rt:  # the suite's runtimes ask for float32, which keeps ggml's
+        for quant, weight_type in (("q4_k_m", lib.GGML_TYPE_Q4_K), ("q8_0", types.Q8_0), ("f16", types.F16)):
+            kernel = products_kernel(rt, weight_type)
+            want[quant] = kernel.name if kernel is not None else None
+            lm = LanguageModel(rt, k256_gguf[quant])
+            try:
+                assert lm.cpu_products == want[quant], quant
+            finally:
+                lm.close()
+    features = backend.cpu_features()
+    if int8.available() and not amx.available() and "AVX512" not in features:
+        assert want == {"q4_k_m": "i8", "q8_0": "i16", "f16": "i16"}
+
+
 def test_the_rule_that_picks_the_products(monkeypatch):
     """auto on a CPU runtime: fma for F32 weights (exact_f32 too: it is float32; with AVX-512 only on up to four
     threads); for the other types, never for exact_f32, amx where the CPU has AMX-BF16, else with AVX2 and no
