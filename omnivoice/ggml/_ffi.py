@@ -75,6 +75,7 @@ def _load_ops():
              "void omnivoice_concat_cols(struct ggml_tensor *, int, int, void *);"
              "void omnivoice_pad_cols(struct ggml_tensor *, int, int, void *);"
              "void omnivoice_row_max(struct ggml_tensor *, int, int, void *);"
+             "void omnivoice_gelu_erf(struct ggml_tensor *, int, int, void *);"
              "struct omnivoice_i16_weight { const void * data; int64_t M, K; };"
              "int64_t omnivoice_i16_packed_bytes(int64_t, int64_t);"
              "int omnivoice_i16_supported(void);"

@@ -91,13 +91,14 @@ def build_decode(ctx, w: CodecWeights, cfg: CodecConfig, codes, mask=None):
 
 
 def build_encode(ctx, w: CodecWeights, cfg: CodecConfig, audio, audio16, pad_acoustic: bool,
-                 contiguous_qk: bool = False) -> dict:
+                 contiguous_qk: bool = False, cpu: bool = False) -> dict:
     """audio [N] at 24 kHz and its 16 kHz resampling [M] -> {"codes": [n_q x int32 [T]], intermediates
     (semantic_features [768, T], e_semantic and e_acoustic [T, C], latent [1024, T])}. `contiguous_qk`: HuBERT's
-    attention products on contiguous operands (Runtime.products_need_contiguous, nn.attention)."""
+    attention products on contiguous operands (Runtime.products_need_contiguous, nn.attention); `cpu`: the graph
+    runs on the CPU backend (HuBERT's GELUs as nn.gelu's one-node kernel)."""
     p16 = cfg.semantic_input_pad
     x16 = lib.ggml_pad_ext(ctx, audio16, p16, p16, 0, 0, 0, 0, 0, 0)              # [M + 320]
-    feats = hubert.mean_hidden_state(ctx, w.hubert, cfg.hubert, x16, contiguous_qk)  # [768, T_h]
+    feats = hubert.mean_hidden_state(ctx, w.hubert, cfg.hubert, x16, contiguous_qk, cpu)  # [768, T_h]
     f = cfg.semantic_downsample_factor
     n_sem = -(-feats.ne[1] // f)
     feats = lib.ggml_view_2d(ctx, feats, feats.ne[0], n_sem, f * feats.nb[1], 0)  # [768, T] every f-th frame

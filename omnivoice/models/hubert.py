@@ -73,8 +73,9 @@ class HubertWeights:
     layers: tuple[HubertLayer, ...]
 
 
-def feature_extractor(ctx, w: HubertWeights, cfg: HubertConfig, audio):
-    """Conv feature encoder: audio [N, 1] -> [C, T] (channels-last).
+def feature_extractor(ctx, w: HubertWeights, cfg: HubertConfig, audio, cpu: bool = False):
+    """Conv feature encoder: audio [N, 1] -> [C, T] (channels-last). `cpu`: the graph runs on the CPU backend
+    (nn.gelu's one-node GELU).
 
     Convs run in the [T, C] layout (im2col + GEMM), or channels-last on the CPU's FMA kernel from the first conv
     the loader packed (the "group" variant's after the first): one transpose between the two, where the [T, C]
@@ -97,7 +98,7 @@ def feature_extractor(ctx, w: HubertWeights, cfg: HubertConfig, audio):
             x = nn.group_norm(ctx, x, x.ne[1], fc.norm.weight, fc.norm.bias, cfg.norm_eps)
         elif cfg.feat_extract_norm == "layer":
             x = nn.transpose(ctx, nn.layer_norm(ctx, nn.transpose(ctx, x), fc.norm.weight, fc.norm.bias, cfg.norm_eps))
-        x = named(nn.gelu(ctx, x), "hubert_feat", i)
+        x = named(nn.gelu(ctx, x, cpu=cpu), "hubert_feat", i)
     return x if channels_last else nn.transpose(ctx, x)                                    # [C, T]
 
 
@@ -109,14 +110,14 @@ def feature_projection(ctx, w: HubertWeights, cfg: HubertConfig, features):
     return named(nn.linear(ctx, x, w.projection.weight, w.projection.bias), "hubert_proj")  # [C, T]
 
 
-def positional_embedding(ctx, w: HubertWeights, cfg: HubertConfig, h):
-    """Grouped positional conv of h [C, T] -> [C, T]."""
+def positional_embedding(ctx, w: HubertWeights, cfg: HubertConfig, h, cpu: bool = False):
+    """Grouped positional conv of h [C, T] -> [C, T]. `cpu`: see feature_extractor."""
     K = w.pos_conv.weight.ne[0]                                                             # [K, C/g, C]
     x = nn.conv1d(ctx, nn.transpose(ctx, h), w.pos_conv.weight, w.pos_conv.bias, padding=K // 2,
                   groups=cfg.pos_conv_groups)                                               # [T + 1, C] (K even)
     if cfg.pos_conv_trim:  # HubertSamePadLayer drops the extra last sample(s)
         x = lib.ggml_view_2d(ctx, x, x.ne[0] - cfg.pos_conv_trim, x.ne[1], x.nb[1], 0)     # [T, C]
-    return named(nn.gelu(ctx, nn.transpose(ctx, x)), "hubert_pos")                        # [C, T]
+    return named(nn.gelu(ctx, nn.transpose(ctx, x), cpu=cpu), "hubert_pos")                        # [C, T]
 
 
 def attention(ctx, layer: HubertLayer, cfg: HubertConfig, h, contiguous_qk: bool = False):
@@ -132,24 +133,26 @@ def attention(ctx, layer: HubertLayer, cfg: HubertConfig, h, contiguous_qk: bool
     return nn.linear(ctx, out, layer.out.weight, layer.out.bias)
 
 
-def encoder_layer(ctx, layer: HubertLayer, cfg: HubertConfig, h, contiguous_qk: bool = False):
-    """HubertEncoderLayer (post-norm): h [C, T] -> [C, T]."""
+def encoder_layer(ctx, layer: HubertLayer, cfg: HubertConfig, h, contiguous_qk: bool = False, cpu: bool = False):
+    """HubertEncoderLayer (post-norm): h [C, T] -> [C, T]. `cpu`: see feature_extractor."""
     h = lib.ggml_add(ctx, h, attention(ctx, layer, cfg, h, contiguous_qk))
     h = nn.layer_norm(ctx, h, layer.attn_norm.weight, layer.attn_norm.bias, cfg.eps)
     ff = nn.linear(ctx, h, layer.ffn_up.weight, layer.ffn_up.bias)                          # [I, T]
-    ff = nn.linear(ctx, nn.gelu(ctx, ff), layer.ffn_down.weight, layer.ffn_down.bias)       # [C, T]
+    ff = nn.linear(ctx, nn.gelu(ctx, ff, cpu=cpu), layer.ffn_down.weight, layer.ffn_down.bias)  # [C, T]
     h = lib.ggml_add(ctx, h, ff)
     return nn.layer_norm(ctx, h, layer.ffn_norm.weight, layer.ffn_norm.bias, cfg.eps)
 
 
-def mean_hidden_state(ctx, w: HubertWeights, cfg: HubertConfig, audio, contiguous_qk: bool = False):
-    """audio [N, 1] at 16 kHz -> mean over the L + 1 hidden states [C, T]. `contiguous_qk`: see attention."""
-    h = feature_projection(ctx, w, cfg, feature_extractor(ctx, w, cfg, audio))              # [C, T]
-    h = lib.ggml_add(ctx, h, positional_embedding(ctx, w, cfg, h))
+def mean_hidden_state(ctx, w: HubertWeights, cfg: HubertConfig, audio, contiguous_qk: bool = False,
+                      cpu: bool = False):
+    """audio [N, 1] at 16 kHz -> mean over the L + 1 hidden states [C, T]. `contiguous_qk`: see attention; `cpu`:
+    see feature_extractor."""
+    h = feature_projection(ctx, w, cfg, feature_extractor(ctx, w, cfg, audio, cpu))         # [C, T]
+    h = lib.ggml_add(ctx, h, positional_embedding(ctx, w, cfg, h, cpu))
     h = nn.layer_norm(ctx, h, w.encoder_norm.weight, w.encoder_norm.bias, cfg.eps)
     total = h
     for i, layer in enumerate(w.layers):
-        h = named(encoder_layer(ctx, layer, cfg, h, contiguous_qk), "hubert_layer", i)
+        h = named(encoder_layer(ctx, layer, cfg, h, contiguous_qk, cpu), "hubert_layer", i)
         total = lib.ggml_add(ctx, total, h)
     return named(lib.ggml_scale(ctx, total, 1.0 / (len(w.layers) + 1)), "hubert_mean")
 

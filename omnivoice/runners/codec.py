@@ -331,7 +331,8 @@ class AudioCodec:
         """One clip's encoder in graph g: inputs audio{tag}, audio16{tag}; outputs codes{tag}_{k} and `names`."""
         out = model.build_encode(g.ctx, self.encode_weights, self.config, g.input(f"audio{tag}", np.float32, shape),
                                  g.input(f"audio16{tag}", np.float32, shape16), pad,
-                                 contiguous_qk=self.runtime.products_need_contiguous)
+                                 contiguous_qk=self.encode_runtime.products_need_contiguous,
+                                 cpu=not self.encode_runtime.is_gpu)
         for k, code in enumerate(out["codes"]):
             g.output(f"codes{tag}_{k}", code)
         for n in names:

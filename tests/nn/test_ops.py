@@ -133,6 +133,19 @@ def test_gelu_erf(run, rng):
     assert np.max(np.abs(y - 0.5 * x64 * (1 + erf(x64 / math.sqrt(2))))) < 1e-5
 
 
+def test_gelu_erf_cpu_node_is_ggmls(run, cpu_run, rng):
+    """The one-node CPU GELU (csrc/ops.c: ggml's float operations with libmvec's vector erff where glibc has it)
+    against ggml's GELU_ERF (another erff), over several threads' shares and an odd count: both erffs are within a
+    few ulps of 1, so where 1 + erf cancels (x < -2) the two differ by a few ulps of x, not of the result."""
+    x = (rng.standard_normal((37, 301)) * 4).astype(np.float32)
+    x[0, :5] = [0.0, -0.0, 1e-30, -40.0, 40.0]
+    ggml = run(lambda ctx, ws, x: nn.gelu(ctx, x), {"x": x})
+    y = cpu_run(lambda ctx, ws, x: nn.gelu(ctx, x, cpu=True), {"x": x})
+    assert np.all(np.abs(y - ggml) <= 4 * np.finfo(np.float32).eps * np.maximum(np.abs(x), 1))
+    x64 = x.astype(np.float64)
+    assert np.max(np.abs(y - 0.5 * x64 * (1 + erf(x64 / math.sqrt(2))))) < 1e-5
+
+
 def test_gelu_erf_differs_from_tanh(run, rng):
     """The erf and tanh forms differ by ~1e-3 near |x| = 2: the test above would catch a swap."""
     x = np.linspace(-3, 3, 64, dtype=np.float32)[None]
