@@ -117,7 +117,7 @@ def positional_embedding(ctx, w: HubertWeights, cfg: HubertConfig, h, cpu: bool 
                   groups=cfg.pos_conv_groups)                                               # [T + 1, C] (K even)
     if cfg.pos_conv_trim:  # HubertSamePadLayer drops the extra last sample(s)
         x = lib.ggml_view_2d(ctx, x, x.ne[0] - cfg.pos_conv_trim, x.ne[1], x.nb[1], 0)     # [T, C]
-    return named(nn.gelu(ctx, nn.transpose(ctx, x), cpu=cpu), "hubert_pos")                        # [C, T]
+    return named(nn.gelu(ctx, nn.transpose(ctx, x), cpu=cpu), "hubert_pos")                # [C, T]
 
 
 def attention(ctx, layer: HubertLayer, cfg: HubertConfig, h, contiguous_qk: bool = False):
