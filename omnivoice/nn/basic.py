@@ -103,9 +103,10 @@ def gelu(ctx, x, exact: bool = True, cpu: bool = False):
     """GELU: the erf form (PyTorch's default) unless `exact` is False (tanh approximation). `cpu` (the graph runs on
     the CPU backend): the erf form of a contiguous 2-D F32 x as one custom node of the package's C kernel (csrc/ops.c
     omnivoice_gelu_erf: ggml's operations with a vector erff) where the build has it."""
-    if exact and cpu and ops is not None and x.type == types.F32 and x.ne[2] == x.ne[3] == 1 \
+    kernel = getattr(ops, "omnivoice_gelu_erf", None)  # None without the package's kernels, or an older build
+    if exact and cpu and kernel is not None and x.type == types.F32 and x.ne[2] == x.ne[3] == 1 \
             and lib.ggml_is_contiguous(x):
-        return custom_node(ctx, ops.omnivoice_gelu_erf, x.ne[0], x.ne[1], [x])
+        return custom_node(ctx, kernel, x.ne[0], x.ne[1], [x])
     return lib.ggml_gelu_erf(ctx, x) if exact else lib.ggml_gelu(ctx, x)
 
 

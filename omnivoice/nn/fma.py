@@ -72,7 +72,10 @@ _GEOMETRY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def attention_supported(head_dim: int) -> bool:
     """Whether `attention` runs here: the kernel on this CPU, and heads whose size is a multiple of its panels
     (16 values with AVX2, 32 with AVX-512)."""
-    return available() and bool(ops.omnivoice_fma_attention_supported(head_dim))
+    try:
+        return available() and bool(ops.omnivoice_fma_attention_supported(head_dim))
+    except AttributeError:  # a libomnivoice-ops built before the attention kernel
+        return False
 
 
 def attention(ctx, q, k, v):
