@@ -62,7 +62,8 @@ TARGET static __m256i quantize32(const float * v, __m256 inv, int off) {
     const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 16), inv));
     const __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 24), inv));
     const __m256i o = _mm256_set1_epi16((short) off);
-    const __m256i ab = _mm256_add_epi16(_mm256_packs_epi32(a, b), o), cd = _mm256_add_epi16(_mm256_packs_epi32(c, d), o);
+    const __m256i ab = _mm256_add_epi16(_mm256_packs_epi32(a, b), o);
+    const __m256i cd = _mm256_add_epi16(_mm256_packs_epi32(c, d), o);
     /* the packs work within 128-bit lanes: dwords come out as a0 b0 c0 d0 a1 b1 c1 d1 (4 values each) */
     const __m256i bytes = off ? _mm256_packus_epi16(ab, cd) : _mm256_packs_epi16(ab, cd);
     return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -116,16 +117,20 @@ TARGET void omnivoice_i8_pack(const float * w, int64_t M, int64_t K, void * out)
 }
 
 /* one column t of the tile: its 4 k (a broadcast int32) times rows 0-7 (in ymm12) and 8-15 (from memory) */
-#define COLUMN(t, a, b)                                                                                          \
-    "vpbroadcastd " #t "*4(%[x]), %%ymm14\n"                                                                    \
-    "vpmaddubsw %%ymm12, %%ymm14, %%ymm15\n vpmaddwd %%ymm15, %%ymm13, %%ymm15\n vpaddd %%ymm15, %%ymm" #a ", %%ymm" #a "\n" \
-    "vpmaddubsw 32(%[w]), %%ymm14, %%ymm15\n vpmaddwd %%ymm15, %%ymm13, %%ymm15\n vpaddd %%ymm15, %%ymm" #b ", %%ymm" #b "\n"
+#define COLUMN(t, a, b)                                                                                   \
+    "vpbroadcastd " #t "*4(%[x]), %%ymm14\n"                                                             \
+    "vpmaddubsw %%ymm12, %%ymm14, %%ymm15\n vpmaddwd %%ymm15, %%ymm13, %%ymm15\n"                        \
+    "vpaddd %%ymm15, %%ymm" #a ", %%ymm" #a "\n"                                                         \
+    "vpmaddubsw 32(%[w]), %%ymm14, %%ymm15\n vpmaddwd %%ymm15, %%ymm13, %%ymm15\n"                       \
+    "vpaddd %%ymm15, %%ymm" #b ", %%ymm" #b "\n"
 /* the block's sums of column t into c: c += (sum - corr) * ws * xs[t] */
-#define FLUSH(t, a, b)                                                                                           \
-    "vbroadcastss " #t "*4(%[x]), %%ymm14\n"                                                                    \
-    "vmulps %%ymm12, %%ymm14, %%ymm15\n vpsubd (%[corr]), %%ymm" #a ", %%ymm" #a "\n vcvtdq2ps %%ymm" #a ", %%ymm" #a "\n" \
-    "vfmadd213ps " #t "*64(%[c]), %%ymm15, %%ymm" #a "\n vmovups %%ymm" #a ", " #t "*64(%[c])\n"                    \
-    "vmulps %%ymm13, %%ymm14, %%ymm15\n vpsubd 32(%[corr]), %%ymm" #b ", %%ymm" #b "\n vcvtdq2ps %%ymm" #b ", %%ymm" #b "\n" \
+#define FLUSH(t, a, b)                                                                                    \
+    "vbroadcastss " #t "*4(%[x]), %%ymm14\n"                                                             \
+    "vmulps %%ymm12, %%ymm14, %%ymm15\n vpsubd (%[corr]), %%ymm" #a ", %%ymm" #a "\n"                   \
+    "vcvtdq2ps %%ymm" #a ", %%ymm" #a "\n"                                                               \
+    "vfmadd213ps " #t "*64(%[c]), %%ymm15, %%ymm" #a "\n vmovups %%ymm" #a ", " #t "*64(%[c])\n"        \
+    "vmulps %%ymm13, %%ymm14, %%ymm15\n vpsubd 32(%[corr]), %%ymm" #b ", %%ymm" #b "\n"                 \
+    "vcvtdq2ps %%ymm" #b ", %%ymm" #b "\n"                                                               \
     "vfmadd213ps " #t "*64+32(%[c]), %%ymm15, %%ymm" #b "\n vmovups %%ymm" #b ", " #t "*64+32(%[c])\n"
 
 /* c[6][16] += one panel (16 rows) times one group (6 columns) over nb blocks: w the panel's first block, ws and
@@ -195,7 +200,9 @@ TARGET void omnivoice_i8_mul_mat(struct ggml_tensor * dst, int ith, int nth, voi
 #else  /* not x86-64 with GCC or Clang: no kernel; the loader keeps ggml's products */
 
 int omnivoice_i8_supported(void) { return 0; }
-void omnivoice_i8_pack(const float * w, int64_t M, int64_t K, void * out) { (void) w; (void) M; (void) K; (void) out; abort(); }
+void omnivoice_i8_pack(const float * w, int64_t M, int64_t K, void * out) {
+    (void) w; (void) M; (void) K; (void) out; abort();
+}
 void omnivoice_i8_mul_mat(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) dst; (void) ith; (void) nth; (void) userdata; abort();
 }

@@ -21,7 +21,8 @@ def k256_gguf(k256_checkpoint, tmp_path_factory) -> dict[str, object]:
     from omnivoice.convert import convert_checkpoint
 
     out = tmp_path_factory.mktemp("k256-gguf")
-    return {q: convert_checkpoint(k256_checkpoint, out, q, progress=False)[0] for q in ("f32", "f16", "bf16", "q8_0", "q4_k_m")}
+    return {q: convert_checkpoint(k256_checkpoint, out, q, progress=False)[0]
+            for q in ("f32", "f16", "bf16", "q8_0", "q4_k_m")}
 
 
 def step_logits(lm: LanguageModel, prompts) -> np.ndarray:

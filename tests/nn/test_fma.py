@@ -1,6 +1,6 @@
-"""The FMA kernel (omnivoice/csrc/fma.c, omnivoice.nn.fma): products, channels-last convolutions and attention against float64
-numpy, over the edges of its tiles (partial panels of outputs, partial groups of columns), the padding of a conv,
-its strides and dilations, and thread counts."""
+"""The FMA kernel (omnivoice/csrc/fma.c, omnivoice.nn.fma): products, channels-last convolutions and attention
+against float64 numpy, over the edges of its tiles (partial panels of outputs, partial groups of columns), the
+padding of a conv, its strides and dilations, and thread counts."""
 
 from __future__ import annotations
 
