@@ -69,27 +69,11 @@ TARGET static __m256i quantize32(const float * v, __m256 inv, int off) {
     return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* Block b of n_lanes rows (rows beyond `rows` are zeros) of src (row stride `stride` floats): 4 bytes of k per
- * lane as int32 (step s of lane r at s * n_lanes + r), the scales into scales[r]. */
+/* Block b of n_lanes rows of src as bytes, 4 k per lane's int32 (step s of lane r at s * n_lanes + r), plus `off`:
+ * quantize_lanes. */
 TARGET static void quantize_block(const float * src, int64_t stride, int rows, int n_lanes, float qmax, int off,
                                   int32_t * dst, float * scales) {
-    for (int r = 0; r < n_lanes; r++) {
-        if (r >= rows) {
-            scales[r] = 0;
-            for (int s = 0; s < KB / 4; s++) dst[s * n_lanes + r] = 0;
-            continue;
-        }
-        const float * v = src + r * stride;
-        float inv_s;
-        block_scale(amax_of(v, KB), qmax, &scales[r], &inv_s);
-        const __m256 inv = _mm256_set1_ps(inv_s);
-        for (int k = 0; k < KB; k += 32) {
-            int32_t quads[8];
-            _mm256_storeu_si256((__m256i *) quads, quantize32(v + k, inv, off));
-            int32_t * d = dst + (k / 4) * n_lanes + r;
-            for (int i = 0; i < 8; i++) d[i * n_lanes] = quads[i];
-        }
-    }
+    quantize_lanes(src, stride, rows, n_lanes, KB, 4, qmax, off, quantize32, dst, scales);
 }
 
 /* W [M][K] row-major floats (ggml's [K, M]) -> the packed layout above; K a multiple of KB. */

@@ -38,6 +38,35 @@ static inline void block_scale(float amax, float qmax, float * s, float * inv) {
     if (isinf(*inv)) *s = *inv = 0.0f;
 }
 
+/* 8 int32 of quantized values from v: v * inv rounded to nearest (plus `off`), adjacent k packed in each int32 (two
+ * int16 in products.c, four bytes in int8.c), in k order. */
+typedef __m256i (*quantize_fn)(const float * v, __m256 inv, int off);
+
+/* One block of kb values along k of n_lanes rows (rows beyond `rows` are zeros) of src (row stride `stride`
+ * floats), each row scaled to |q| <= qmax: the int32 holding k .. k + per_int32 - 1 of lane r at
+ * (k / per_int32) * n_lanes + r of dst, the scales into scales[r]. Inlined into each kernel with its constants. */
+TARGET static inline __attribute__((always_inline)) void quantize_lanes(
+        const float * src, int64_t stride, int rows, int n_lanes, int kb, int per_int32, float qmax, int off,
+        quantize_fn quantize, int32_t * dst, float * scales) {
+    for (int r = 0; r < n_lanes; r++) {
+        if (r >= rows) {
+            scales[r] = 0;
+            for (int s = 0; s < kb / per_int32; s++) dst[s * n_lanes + r] = 0;
+            continue;
+        }
+        const float * v = src + r * stride;
+        float inv_s;
+        block_scale(amax_of(v, kb), qmax, &scales[r], &inv_s);
+        const __m256 inv = _mm256_set1_ps(inv_s);
+        for (int k = 0; k < kb; k += 8 * per_int32) {
+            int32_t words[8];
+            _mm256_storeu_si256((__m256i *) words, quantize(v + k, inv, off));
+            int32_t * d = dst + (k / per_int32) * n_lanes + r;
+            for (int i = 0; i < 8; i++) d[i * n_lanes] = words[i];
+        }
+    }
+}
+
 /* The thread's buffer for its packed columns, grown as needed and kept for the next product (ggml's CPU threads
  * are long-lived; a 5 s request's product of 272 columns and K = 3072 packs 0.8 MiB in int16, 0.4 MiB a thread of
  * two), unless larger than KEEP_BYTES: a batch of 64 requests would otherwise pin tens of MiB a thread for good. */

@@ -55,34 +55,18 @@ int omnivoice_i16_supported(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-/* 16 values of v / s rounded to int16 pairs: 8 int32, each two adjacent k. */
-TARGET static __m256i quantize16(const float * v, __m256 inv) {
+/* 16 values of v / s rounded to int16 pairs: 8 int32, each two adjacent k (a quantize_fn; no offset). */
+TARGET static __m256i quantize16(const float * v, __m256 inv, int off) {
+    (void) off;
     const __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v), inv));
     const __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(v + 8), inv));
     return _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);  /* packs interleaves the 128-bit lanes */
 }
 
-/* Block b of n_lanes rows (rows beyond `rows` are zeros) of src (row stride `stride` floats): the int16 pairs
- * into dst (pair kp of lane r at int32 kp * n_lanes + r), the scales into scales[r]. */
+/* Block b of n_lanes rows of src as int16 pairs (pair kp of lane r at int32 kp * n_lanes + r): quantize_lanes. */
 TARGET static void quantize_block(const float * src, int64_t stride, int rows, int n_lanes, float qmax,
                                   int32_t * dst, float * scales) {
-    for (int r = 0; r < n_lanes; r++) {
-        if (r >= rows) {
-            scales[r] = 0;
-            for (int kp = 0; kp < KB / 2; kp++) dst[kp * n_lanes + r] = 0;
-            continue;
-        }
-        const float * v = src + r * stride;
-        float inv_s;
-        block_scale(amax_of(v, KB), qmax, &scales[r], &inv_s);
-        const __m256 inv = _mm256_set1_ps(inv_s);
-        for (int k = 0; k < KB; k += 16) {
-            int32_t pairs[8];
-            _mm256_storeu_si256((__m256i *) pairs, quantize16(v + k, inv));
-            int32_t * d = dst + (k / 2) * n_lanes + r;
-            for (int i = 0; i < 8; i++) d[i * n_lanes] = pairs[i];
-        }
-    }
+    quantize_lanes(src, stride, rows, n_lanes, KB, 2, qmax, 0, quantize16, dst, scales);
 }
 
 /* W [M][K] row-major floats (ggml's [K, M]) -> the packed layout above; K a multiple of KB. */
