@@ -88,7 +88,9 @@ def test_amx_beside_ggmls_amx_kernels(k256_gguf):
     rng = np.random.default_rng(18)
     prompts = [random_prompt(rng, 23, 17, 31)]
     with Runtime("cpu") as rt:
-        assert rt.multiplies_in("AMX", types.Q8_0, [256, 512])  # where ggml puts the Q8_0 file's matrices
+        if not rt.multiplies_in("AMX", types.Q8_0, [256, 512]):  # where ggml puts the Q8_0 file's matrices
+            # (a ggml CPU module compiled for another CPU, e.g. a carried GPU build made on an AVX2 host, has none)
+            pytest.skip("this build of ggml's CPU backend has no AMX kernels")
         q8 = LanguageModel(rt, k256_gguf["q8_0"], cpu_products="ggml")
         bf = LanguageModel(rt, k256_gguf["bf16"], cpu_products="amx")
         try:

@@ -60,6 +60,16 @@ bench.convert(pathlib.Path('$CKPT'), pathlib.Path('$W/gguf'), ['$QUANT'])" ) >> 
   elif [ -n "${CUDA_LIB_ARCHIVE:-}" ] && ls "$CUDA_LIB_ARCHIVE"/*.tar.xz.* >/dev/null 2>&1; then
     stamp "unpack the carried CUDA build"
     cat "$CUDA_LIB_ARCHIVE"/*.tar.xz.* | xz -d | tar -C omnivoice/ggml -xf - || return 1
+    # The package's CPU kernels (omnivoice/csrc) change more often than ggml: the archive's libomnivoice-ops
+    # may predate the tree's, so rebuild it here (seconds: five C files, ggml's headers only).
+    if [ "${OPS_REBUILD:-1}" = 1 ] && [ -f .devcarry/ggml-src.tar.xz ]; then
+      stamp "rebuild libomnivoice-ops from this tree"
+      { [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || { mkdir -p vendor/ggml/src &&
+          tar -C vendor/ggml/src -xJf .devcarry/ggml-src.tar.xz; }; } &&
+        cmake -S . -B build/ops -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_VULKAN=OFF > "$OUT/ops-build.log" 2>&1 &&
+        cmake --build build/ops --target omnivoice-ops -j "$(nproc)" >> "$OUT/ops-build.log" 2>&1 &&
+        cp build/ops/lib/libomnivoice-ops.so omnivoice/ggml/_lib/ || { tail -20 "$OUT/ops-build.log"; return 1; }
+    fi
   else
     stamp "build ggml (CUDA sm_90)"
     [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || { mkdir -p vendor/ggml/src &&

@@ -5,6 +5,9 @@
 # table (tools/lm_step_time.py --profile), and with BENCH=1 tools/bench.py side by side with the reference in
 # bfloat16. Results in $OUT: request_profile.log, request_profile.json, steps.jsonl (tests-cuda.log,
 # bench-cuda.json/.md).
+# batch_setup.sh sets NVIDIA_TF32_OVERRIDE=0 (F32 products in F32: the parity runs' setting); a user's process has
+# ggml's default, TF32 for the codec's F32 products on CUDA. TF32_AB=1 runs the request phases twice, TF32 off then
+# the default, and leaves the default for the rest (the LM steps and the bench, whose BF16 LM has no F32 product).
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib TESTS=1 BENCH=1 bash tools/device/h200_request_profile.sh  # carry .whl .devcarry
 set -uo pipefail
 LOG=request_profile.log; BUDGET_S=${BUDGET_S:-560}  # batch_setup.sh: $OUT, the log, t0, stamp, left
@@ -17,9 +20,20 @@ if [ "${TESTS:-0}" = 1 ]; then
   tail -12 "$OUT/tests-cuda.log"
   grep -qE "[0-9]+ (failed|error)" "$OUT/tests-cuda.log" && { stamp "tests failed: stop"; exit 1; }
 fi
-stamp "request phases and codec kernels"
-timeout 240 python3 tools/request_profile.py --model "$W/gguf" --backend cuda --cases "${CASES:-clone5,auto5,auto20}" \
-  --rounds "${ROUNDS:-5}" --json "$OUT/request_profile.json" 2>&1 | grep -vE "UserWarning|_warn_once"
+profile() {  # $1: the JSON's name
+  timeout 240 python3 tools/request_profile.py --model "$W/gguf" --backend cuda --cases "${CASES:-clone5,auto5,auto20}" \
+    --rounds "${ROUNDS:-5}" --json "$OUT/$1.json" 2>&1 | grep -vE "UserWarning|_warn_once"
+}
+if [ "${TF32_AB:-0}" = 1 ]; then
+  stamp "request phases and codec kernels, TF32 off (NVIDIA_TF32_OVERRIDE=0)"
+  profile request_profile_tf32_off
+  unset NVIDIA_TF32_OVERRIDE
+  stamp "request phases and codec kernels, ggml's default (TF32 for F32 products)"
+  profile request_profile
+else
+  stamp "request phases and codec kernels"
+  profile request_profile
+fi
 if (( $(left) > 60 )); then
   stamp "LM steps with kernel tables"
   timeout $(( $(left) - 10 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --quants bf16 --backend cuda \
