@@ -131,12 +131,12 @@ def add_quant_option(group) -> None:
                        help="the LM's matrix products on the CPU: ggml's, or one of the package's kernels: i16, "
                             "13-bit integers for x86 with AVX2 (F16's rounding, 1.4-1.8x ggml's products on AVX2 "
                             "CPUs; 2 bytes a weight in memory), i8, 8-bit activations and 7-bit weights for x86 "
-                            "with AVX2 (the precision of ggml's K-quant products, 1.2-1.35x i16's speed; 1 byte a "
-                            "weight), amx, BF16 on Intel's AMX tiles (BF16's rounding, "
+                            "with AVX2 (the precision class of ggml's Q8_0 and K-quant products, 1.3-1.4x i16's "
+                            "speed; 1 byte a weight), amx, BF16 on Intel's AMX tiles (BF16's rounding, "
                             "1.5-2.1x ggml's Q8_0 on AMX; 2 bytes a weight), fma, float32 with AVX2 or AVX-512 (4 "
                             "bytes a weight); default OMNIVOICE_CPU_PRODUCTS, else auto: fma for f32 weights; for "
-                            "the others amx on CPUs with AMX-BF16, on AVX2 CPUs without AVX-512 i8 for K-quants and "
-                            "i16 for the rest, ggml's otherwise. "
+                            "the others amx on CPUs with AMX-BF16, i8 on AVX2 CPUs without AVX-512 (i16 for F16's "
+                            "precision there), ggml's otherwise. "
                             "ggml also keeps ggml's products in the codec, whose convolutions run on fma otherwise")
 
 

@@ -71,8 +71,9 @@ def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None)
     Q8_0 in ggml's AMX buffer where that kernel is missing (1.3-1.9x; 85 %); BF16 with AVX-512 BF16 otherwise
     (ggml's BF16 dot products: LM step 1.9x faster than F32 on the Zen 4), F16 with AVX2 and F16C (llamafile's
     F16 GEMM: 1.44x on the Zen 3 at 99.0 % teacher-forced agreement with F32, where BF16 and Q8_0 are no faster
-    than F32 and agree 94.1 / 85.6 %; without AVX-512 the LM then multiplies them with the package's int16
-    kernel, runners.lm.products_kernel: 1.75-2.2x the float32 reference end to end there, 98.6 %), else F32.
+    than F32 and agree 94.1 / 85.6 %; without AVX-512 the LM then multiplies them with the package's int8
+    kernel, runners.lm.products_kernel: 2.6-3.2x the float32 reference end to end there, 79 %, the most precise
+    of the int8 kernel's inputs; its int16 kernel 2.0-2.4x, 98.6 %), else F32.
     F32, the reference's own precision, is `quant="f32"`."""
     name = backend_name.lower()
     if name != "cpu":

@@ -10,10 +10,11 @@
  * per row (column) and block of 128 along K with one float scale, rounded to nearest. x goes in as q + 128, an
  * unsigned byte; the sum over a block is then sum(w (q + 128)) - 128 sum(w), the second sum kept per row and block
  * at load. A pair of products never saturates VPMADDUBSW's int16 (2 * 255 * 63 < 32767), and a block's sum fits
- * int32 exactly; the blocks are summed in float. The precision is about that of ggml's Q8_0 and K-quant products
- * (8-bit activations), far below the int16 kernel's (13 bits each): the default for K-quant weights only, whose
- * own rounding dominates (BENCHMARKS.md gives the agreement). 8-bit weights with 7-bit activations, and blocks of
- * 32, were tried: no better agreement on the whole (same section).
+ * int32 exactly; the blocks are summed in float. The precision is in the class of ggml's Q8_0 and K-quant products
+ * (8-bit activations), far below the int16 kernel's (13 bits each); it is the default on AVX2 CPUs without
+ * AVX-512, the only way there past 2.5x the float32 reference (BENCHMARKS.md gives the agreement). 8-bit weights
+ * with 7-bit activations, 112 and 73 levels, and blocks of 32 were tried: closer step logits for the first two,
+ * fewer teacher-forced choices equal for all but blocks of 32, which cost a quarter of the speed (same section).
  *
  * Layout: W in panels of 16 rows; per panel and block, KB / 4 steps of 64 bytes: rows 0-7 then 8-15, four adjacent
  * k of a row side by side (what one VPMADDUBSW reads for 8 rows). After all panels, the scales (per panel and

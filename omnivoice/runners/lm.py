@@ -79,19 +79,19 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
     projections: for F32 weights fma, float32 like ggml's F32 products and 1.2-1.35x their speed on the 2-core
     Zen 3 (tokens still the reference's in the parity tests; ggml's F32 GEMM reads its right operand unblocked),
     except on AVX-512 CPUs with more than FMA_MAX_AVX512_THREADS threads; for every other weight type (unless the
-    runtime is exact_f32, which keeps ggml's products there) amx where the CPU has AMX-BF16, and where it has AVX2
-    but no AVX-512 i8 for K-quant weights (Q2_K to Q6_K), i16 for the others. Without AVX-512 ggml's kernels are
-    bound by 8-lane FMAs (or, for Q8_0 and the K-quants, integer dot products no faster), and the int16 kernel,
-    with F16's rounding error, ran the LM step 1.4-1.8x faster than ggml's F16, Q8_0 and Q4_K_M products on the
-    2-core Zen 3, agreeing with float32 as F16 does and better than ggml's Q8_0 (whose products round the
-    activations to 8 bits).
+    runtime is exact_f32, which keeps ggml's products there) amx where the CPU has AMX-BF16, and i8 where it has
+    AVX2 but no AVX-512.
     With AMX, the AMX kernel's BF16 products ran 1.5-2.1x ggml's AMX Q8_0 ones on the 16-core Emerald Rapids host
     (3.5-4.7 TFLOP/s at 16 threads), agreeing with float32 as BF16 does (94 % of the teacher-forced choices against
-    Q8_0's 85 %): BENCHMARKS.md. The int8 kernel runs the step 1.2-1.35x faster than the int16 one there, with
-    8-bit activations and 7-bit weights: the precision of ggml's own K-quant products (which round the activations
-    to 8 bits), well below F16's, so it is the default only where the weights have 6 bits or fewer (Q4_K_M: 40 % of
-    the teacher-forced choices against ggml's 44 % and i16's 43 %; Q8_0 would fall from i16's 93 % to 77 %). The
-    packed matrices take 2 bytes a weight (i8: 1; fma: 4, as the F32 file), more than a Q8_0 or K-quant file's.
+    Q8_0's 85 %). Without AVX-512 ggml's kernels are bound by 8-lane FMAs (or, for Q8_0 and the K-quants, integer
+    dot products no faster); the int16 kernel (F16's rounding error) ran the LM step 1.4-1.8x faster than they on
+    the 2-core Zen 3, and the int8 kernel 1.3-1.4x faster again: 8-bit activations and 7-bit weights, the
+    precision class of ggml's own Q8_0 and K-quant products (F16 weights: step-0 logits cosine 0.998 against the
+    float32 reference, 79 % of the teacher-forced choices, where i16 gives 0.99999 and 99 %, ggml's Q8_0 0.9996
+    and 84 %, its Q6_K 0.996 and 71 %). Only i8 takes the default F16 file past 2.5x the float32 reference end to
+    end there (2.6-3.2x against i16's 2.0-2.4x), so it is the default; `cpu_products="i16"` keeps F16's
+    precision at the int16 kernel's speed (BENCHMARKS.md). The packed matrices take 2 bytes a weight (i8: 1;
+    fma: 4, as the F32 file), more than a Q8_0 or K-quant file's.
     `stacked` projections (the qk_rope variant) keep ggml's products (a kernel named is then an error)."""
     choice = products_choice(choice)
     if choice == "ggml":
@@ -123,7 +123,7 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
         return amx.KERNEL
     if avx512:
         return None
-    if weight_type in types.K_QUANTS and int8.available():
+    if int8.available():
         return int8.KERNEL
     return int16.KERNEL if int16.available() else None
 

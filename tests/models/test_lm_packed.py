@@ -121,14 +121,14 @@ def test_files_take_the_rules_kernel(k256_gguf, monkeypatch):
                 lm.close()
     features = backend.cpu_features()
     if int8.available() and not amx.available() and "AVX512" not in features:
-        assert want == {"q4_k_m": "i8", "q8_0": "i16", "f16": "i16"}
+        assert want == {"q4_k_m": "i8", "q8_0": "i8", "f16": "i8"}
 
 
 def test_the_rule_that_picks_the_products(monkeypatch):
     """auto on a CPU runtime: fma for F32 weights (exact_f32 too: it is float32; with AVX-512 only on up to four
     threads); for the other types, never for exact_f32, amx where the CPU has AMX-BF16, else with AVX2 and no
-    AVX-512 i8 for K-quants and i16 for the rest; an explicit choice wins, and a kernel where it cannot run is an
-    error."""
+    AVX-512 i8 (i16 in a build without the int8 kernel); an explicit choice wins, and a kernel where it cannot run
+    is an error."""
     from omnivoice.ggml import backend
 
     monkeypatch.delenv("OMNIVOICE_CPU_PRODUCTS", raising=False)
@@ -139,9 +139,12 @@ def test_the_rule_that_picks_the_products(monkeypatch):
     cpu = SimpleNamespace(is_gpu=False, exact_f32=False, n_threads=2, device=SimpleNamespace(spec="cpu:0"))
     gpu = SimpleNamespace(is_gpu=True, exact_f32=False, n_threads=2, device=SimpleNamespace(spec="cuda:0"))
     monkeypatch.setattr(backend, "cpu_features", lambda: frozenset({"AVX2", "FMA", "F16C"}))
-    assert all(products_kernel(cpu, t) is int16.KERNEL for t in (types.F16, types.BF16, types.Q8_0, types.Q4_0))
-    assert all(products_kernel(cpu, t) is int8.KERNEL for t in types.K_QUANTS)
-    assert products_kernel(cpu, types.F16, "i8") is int8.KERNEL
+    quantized = (types.F16, types.BF16, types.Q8_0, types.Q4_0, *types.K_QUANTS)
+    assert all(products_kernel(cpu, t) is int8.KERNEL for t in quantized)
+    assert products_kernel(cpu, types.F16, "i16") is int16.KERNEL
+    monkeypatch.setattr(int8, "available", lambda: False)
+    assert all(products_kernel(cpu, t) is int16.KERNEL for t in quantized)
+    monkeypatch.setattr(int8, "available", lambda: True)
     assert products_kernel(cpu, types.F32) is fma.KERNEL
     exact = SimpleNamespace(**(vars(cpu) | {"exact_f32": True}))
     assert products_kernel(exact, types.F16) is None and products_kernel(exact, types.F32) is fma.KERNEL
