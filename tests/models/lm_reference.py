@@ -24,12 +24,16 @@ def rope(x, theta):
     return x * cos + rot * sin
 
 
-def forward(w: dict, cfg: dict, input_ids: np.ndarray, audio_mask: np.ndarray) -> np.ndarray:
+def forward(w: dict, cfg: dict, input_ids: np.ndarray, audio_mask: np.ndarray, product=None) -> np.ndarray:
     """input_ids (C, L) int, audio_mask (L,) bool -> logits (C, L, V) float64.
 
     `w` maps Hugging Face tensor names to float64 arrays in torch layout; `cfg` has n_layer, n_head, n_head_kv,
-    head_dim, eps, theta, n_codebook, audio_vocab.
+    head_dim, eps, theta, n_codebook, audio_vocab. `product(x, name)`, default x @ w[name].T, computes every
+    matrix product (tools/int8_sim.py rounds them as a kernel would).
     """
+    if product is None:
+        def product(x, name):
+            return x @ w[name].T
     C, L = input_ids.shape
     V = cfg["audio_vocab"]
     text = w["llm.embed_tokens.weight"][input_ids[0]]
@@ -40,21 +44,21 @@ def forward(w: dict, cfg: dict, input_ids: np.ndarray, audio_mask: np.ndarray) -
     for i in range(cfg["n_layer"]):
         p = f"llm.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(L, H, D).transpose(1, 0, 2)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(L, Hkv, D).transpose(1, 0, 2)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(L, Hkv, D).transpose(1, 0, 2)
+        q = product(h, p + "self_attn.q_proj.weight").reshape(L, H, D).transpose(1, 0, 2)
+        k = product(h, p + "self_attn.k_proj.weight").reshape(L, Hkv, D).transpose(1, 0, 2)
+        v = product(h, p + "self_attn.v_proj.weight").reshape(L, Hkv, D).transpose(1, 0, 2)
         q = rope(rms_norm(q, w[p + "self_attn.q_norm.weight"], eps), cfg["theta"])
         k = rope(rms_norm(k, w[p + "self_attn.k_norm.weight"], eps), cfg["theta"])
         k, v = np.repeat(k, H // Hkv, 0), np.repeat(v, H // Hkv, 0)
         s = q @ k.transpose(0, 2, 1) / np.sqrt(D)
         s = np.exp(s - s.max(-1, keepdims=True))
         a = (s / s.sum(-1, keepdims=True)) @ v                      # (H, L, D)
-        x = x + a.transpose(1, 0, 2).reshape(L, H * D) @ w[p + "self_attn.o_proj.weight"].T
+        x = x + product(a.transpose(1, 0, 2).reshape(L, H * D), p + "self_attn.o_proj.weight")
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        g, u = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * u) @ w[p + "mlp.down_proj.weight"].T
+        g, u = product(h, p + "mlp.gate_proj.weight"), product(h, p + "mlp.up_proj.weight")
+        x = x + product(g / (1 + np.exp(-g)) * u, p + "mlp.down_proj.weight")
     x = rms_norm(x, w["llm.norm.weight"], eps)
-    logits = x @ w["audio_heads.weight"].T                          # (L, C * V)
+    logits = product(x, "audio_heads.weight")                       # (L, C * V)
     return logits.reshape(L, C, V).transpose(1, 0, 2)
 
 
