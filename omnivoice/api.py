@@ -143,10 +143,11 @@ class OmniVoice:
         default: on when `quant` is "f32" (asking for F32 weights asks for F32 results) or OMNIVOICE_EXACT_F32=1.
         Vulkan takes it once per process (see ggml.Runtime). `cpu_products`: the LM's matrix products on the CPU,
         "ggml", "i16" (the package's int16 kernel for x86 with AVX2: F16's rounding, 1.4-1.8x ggml's F16,
-        Q8_0 and Q4_K_M products on a 2-core Zen 3), "amx" (its BF16 kernel on Intel's AMX tiles: BF16's
-        rounding, 1.5-2.1x ggml's AMX Q8_0 products on an Emerald Rapids Xeon) or "fma" (its float32 kernel);
-        default OMNIVOICE_CPU_PRODUCTS, else "auto": fma for F32 weights (on AVX-512 CPUs up to 4 threads), and
-        for the other types amx on CPUs with AMX-BF16, i16 on AVX2 CPUs without AVX-512
+        Q8_0 and Q4_K_M products on a 2-core Zen 3), "i8" (its int8 kernel, AVX2: 8-bit activations and 7-bit
+        weights, the precision class of ggml's Q8_0 products, 1.3-1.4x i16's speed), "amx" (its BF16 kernel on
+        Intel's AMX tiles: BF16's rounding, 1.5-2.1x ggml's AMX Q8_0 products on an Emerald Rapids Xeon) or "fma"
+        (its float32 kernel); default OMNIVOICE_CPU_PRODUCTS, else "auto": fma for F32 weights (on AVX-512 CPUs
+        up to 4 threads), and for the other types amx on CPUs with AMX-BF16, i8 on AVX2 CPUs without AVX-512
         (runners.lm.products_kernel). The codec's convolutions on the CPU run on the fma kernel unless it is
         "ggml" (runners.codec.fma_convs).
         """
