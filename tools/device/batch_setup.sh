@@ -66,7 +66,8 @@ bench.convert(pathlib.Path('$CKPT'), pathlib.Path('$W/gguf'), ['$QUANT'])" ) >> 
       stamp "rebuild libomnivoice-ops from this tree"
       { [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || { mkdir -p vendor/ggml/src &&
           tar -C vendor/ggml/src -xJf .devcarry/ggml-src.tar.xz; }; } &&
-        cmake -S . -B build/ops -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_VULKAN=OFF > "$OUT/ops-build.log" 2>&1 &&
+        cmake -S . -B build/ops -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_VULKAN=OFF \
+          > "$OUT/ops-build.log" 2>&1 &&
         cmake --build build/ops --target omnivoice-ops -j "$(nproc)" >> "$OUT/ops-build.log" 2>&1 &&
         cp build/ops/lib/libomnivoice-ops.so omnivoice/ggml/_lib/ || { tail -20 "$OUT/ops-build.log"; return 1; }
     fi

@@ -21,8 +21,9 @@ if [ "${TESTS:-0}" = 1 ]; then
   grep -qE "[0-9]+ (failed|error)" "$OUT/tests-cuda.log" && { stamp "tests failed: stop"; exit 1; }
 fi
 profile() {  # $1: the JSON's name
-  timeout 240 python3 tools/request_profile.py --model "$W/gguf" --backend cuda --cases "${CASES:-clone5,auto5,auto20}" \
-    --rounds "${ROUNDS:-5}" --json "$OUT/$1.json" 2>&1 | grep -vE "UserWarning|_warn_once"
+  timeout 240 python3 tools/request_profile.py --model "$W/gguf" --backend cuda \
+    --cases "${CASES:-clone5,auto5,auto20}" --rounds "${ROUNDS:-5}" --json "$OUT/$1.json" 2>&1 |
+    grep -vE "UserWarning|_warn_once"
 }
 if [ "${TF32_AB:-0}" = 1 ]; then
   stamp "request phases and codec kernels, TF32 off (NVIDIA_TF32_OVERRIDE=0)"
