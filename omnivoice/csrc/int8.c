@@ -155,17 +155,8 @@ TARGET void omnivoice_i8_mul_mat(struct ggml_tensor * dst, int ith, int nth, voi
     const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
     if (g0 == g1) return;
     /* per group and block: KB * NR bytes, then NR scales */
-    const size_t block_bytes = KB * NR + NR * 4, need = (size_t) (g1 - g0) * nb * block_bytes;
-    char * packed = columns_buffer(need);
-    for (int64_t g = g0; g < g1; g++) {
-        const int cols = (int) (N - g * NR < NR ? N - g * NR : NR);
-        for (int64_t b = 0; b < nb; b++) {
-            char * block = packed + ((g - g0) * nb + b) * block_bytes;
-            quantize_block((const float *) ((const char *) x->data + g * NR * x->nb[1]) + b * KB,
-                           x->nb[1] / sizeof(float), cols, NR, QX, XOFF, (int32_t *) block,
-                           (float *) (block + KB * NR));
-        }
-    }
+    size_t block_bytes;
+    const char * packed = pack_columns(x, g0, g1, NR, KB, 4, QX, XOFF, quantize32, &block_bytes);
     const int8_t * wq = (const int8_t *) w->data;
     const float * wscales = (const float *) (wq + panels * K * MR);
     const int32_t * wcorr = (const int32_t *) (wscales + panels * nb * MR);

@@ -84,6 +84,28 @@ static inline char * columns_buffer(size_t need) {
     return (char *) columns_buf;
 }
 
+/* Groups [g0, g1) of n_r columns of x (F32 [K, N], contiguous rows) quantized into the thread's column buffer, as
+ * quantize_lanes lays a block out: per group and block of kb along K, the kb / per_int32 * n_r int32, then the n_r
+ * scales; *block_bytes says how far apart the blocks are. Inlined into each kernel with its constants. */
+TARGET static inline __attribute__((always_inline)) char * pack_columns(
+        const struct ggml_tensor * x, int64_t g0, int64_t g1, int n_r, int kb, int per_int32, float qmax, int off,
+        quantize_fn quantize, size_t * block_bytes) {
+    const int64_t N = x->ne[1], nb = x->ne[0] / kb;
+    const size_t data_bytes = (size_t) kb / per_int32 * n_r * 4;
+    *block_bytes = data_bytes + n_r * 4;
+    char * packed = columns_buffer((size_t) (g1 - g0) * nb * *block_bytes);
+    for (int64_t g = g0; g < g1; g++) {
+        const int cols = (int) (N - g * n_r < n_r ? N - g * n_r : n_r);
+        for (int64_t b = 0; b < nb; b++) {
+            char * block = packed + ((g - g0) * nb + b) * *block_bytes;
+            quantize_lanes((const float *) ((const char *) x->data + g * n_r * x->nb[1]) + b * kb,
+                           x->nb[1] / sizeof(float), cols, n_r, kb, per_int32, qmax, off, quantize,
+                           (int32_t *) block, (float *) (block + data_bytes));
+        }
+    }
+    return packed;
+}
+
 /* After a product: a buffer over KEEP_BYTES is not kept. */
 static inline void release_columns(void) {
     if (columns_cap > KEEP_BYTES) {

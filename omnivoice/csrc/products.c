@@ -142,17 +142,8 @@ TARGET void omnivoice_i16_mul_mat(struct ggml_tensor * dst, int ith, int nth, vo
     const int64_t g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
     if (g0 == g1) return;
     /* per group and block: KB * NR int16, then NR scales */
-    const size_t block_bytes = KB * NR * 2 + NR * 4, need = (size_t) (g1 - g0) * nb * block_bytes;
-    char * packed = columns_buffer(need);
-    for (int64_t g = g0; g < g1; g++) {
-        const int cols = (int) (N - g * NR < NR ? N - g * NR : NR);
-        for (int64_t b = 0; b < nb; b++) {
-            char * block = packed + ((g - g0) * nb + b) * block_bytes;
-            quantize_block((const float *) ((const char *) x->data + g * NR * x->nb[1]) + b * KB,
-                           x->nb[1] / sizeof(float), cols, NR, QX, (int32_t *) block,
-                           (float *) (block + KB * NR * 2));
-        }
-    }
+    size_t block_bytes;
+    const char * packed = pack_columns(x, g0, g1, NR, KB, 2, QX, 0, quantize16, &block_bytes);
     const int16_t * wq = (const int16_t *) w->data;
     const float * wscales = (const float *) (wq + panels * K * MR);
     /* panel-major: a panel's K * 16 weights (96 KiB at K = 3072) stay in L2 while the thread's columns pass */
