@@ -61,11 +61,20 @@ class Variant:
     typed_inputs: the inputs of F16/BF16 products cast to the weights' type in the graph (the backend
         converts them itself otherwise).
     fused_casts: typed_inputs for the products whose cast CUDA fuses into the kernel before it (ggml patch
-        0005: RMSNorm times its weight, and SwiGLU, written straight as BF16/F16): q/k/v, gate/up, down and the
-        audio heads; the attention output is left to its product, which converts it faster than a CPY would.
+        0005: RMSNorm times its weight, and SwiGLU, written straight as BF16/F16): q/k/v, gate/up and down; the
+        attention output and the audio heads' columns are left to their product, which converts them faster
+        than a CPY would.
     fma_attention: where the CPU would run flash attention with F32 K/V, each segment's attention as one node of
         the package's FMA kernel (nn.fma.attention: blocks of queries on its tiles, float32) instead (the CPU's
         default where the kernel runs).
+    attn_cast: (one request's segments) the attention output cast to the output product's weight type in the
+        graph, which ggml patch 0013's short-sequence kernel writes directly (no conversion kernel before the
+        product). The padded buckets of a batch keep the product's own conversion.
+    cast_scratch: (with typed_inputs or fused_casts) every cast of a product's input written into one tensor of
+        the graph (CastScratch) rather than a new one. CUDA fuses a cast into the kernel before it only where the
+        cast's output shares no memory with that kernel's inputs, and the allocator often gave it the memory of
+        an input just freed (the H200 profile of a 20 s step: 3 of 56 casts a scalar kernel of their own, and
+        with attn_cast 20 to 26 residual adds unfused); the scratch is no input's.
     """
 
     qk_rope: bool = False
@@ -74,6 +83,8 @@ class Variant:
     typed_inputs: bool = False
     fused_casts: bool = False
     fma_attention: bool = False
+    attn_cast: bool = False
+    cast_scratch: bool = False
 
     @classmethod
     def parse(cls, text: str) -> "Variant":
@@ -91,10 +102,11 @@ class Variant:
         return typed_product if self.typed_inputs or self.fused_casts else lib.ggml_mul_mat
 
     @property
-    def attn_out_product(self):
-        """The attention output's product: ggml_mul_mat under fused_casts alone (no kernel of ggml writes flash
-        attention's output as BF16, and ggml's CPY F32 -> BF16 took 0.33 ms a layer at 64 packed requests on
-        the H200 against 0.05 for the product's own conversion)."""
+    def unfused_product(self):
+        """The product of an input that no kernel before it writes in the weights' type (the attention output
+        but under attn_cast, the audio heads' gathered columns): ggml_mul_mat under fused_casts alone (ggml's CPY
+        F32 -> BF16 is a scalar kernel: 0.33 ms a layer at 64 packed requests on the H200 against 0.05 for the
+        product's own conversion)."""
         return lib.ggml_mul_mat if self.fused_casts and not self.typed_inputs else self.product
 
 
@@ -146,12 +158,12 @@ class LMWeights:
 
 
 def products(variant: Variant, packed: "PackedProducts | None"):
-    """The graph's two product functions (variant.product, variant.attn_out_product), through the package's CPU
+    """The graph's two product functions (variant.product, variant.unfused_product), through the package's CPU
     kernel for the matrices the loader packed for it; new ones each call (a layer's build: they share the casts
     of their inputs, PackedProducts.over)."""
     if packed is None:
-        return variant.product, variant.attn_out_product
-    return packed.over(variant.product), packed.over(variant.attn_out_product)
+        return variant.product, variant.unfused_product
+    return packed.over(variant.product), packed.over(variant.unfused_product)
 
 
 def embed(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_mask, text_mask):
@@ -285,16 +297,20 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_
 
 def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None,
                   variant: Variant = DEFAULT, inputs: VariantInputs = VariantInputs(), contiguous_qk: bool = False,
-                  packed: "PackedProducts | None" = None, cpu: bool = False):
+                  packed: "PackedProducts | None" = None, cpu: bool = False, scratch: "CastScratch | None" = None):
     """Qwen3 decoder layer `il`: x [n_embd, L] -> [n_embd, L]. `segments`: (start, length) of each packed
     prompt, or PaddedSegments (flash attention only); `flash_kv`: K/V type of flash attention, or None for the
     plain path; `variant`: see Variant; `contiguous_qk`: the plain path's Q and K made contiguous before their
     product (Runtime.products_need_contiguous, nn.attention); `packed`: LMWeights.packed; `cpu`: the graph runs on
-    the CPU backend (nn.rms_norm's one-node norms)."""
-    product, attn_out_product = products(variant, packed)
+    the CPU backend (nn.rms_norm's one-node norms); `scratch`: the graph's CastScratch (Variant.cast_scratch)."""
+    product, attn_out_product = products(variant, packed)  # (the latter: the unfused product)
+    cast_product = scratch.typed_product if scratch is not None else typed_product
+    if product is typed_product:
+        product = cast_product
     residual = x
     cur = named(nn.rms_norm(ctx, x, layer.attn_norm, cfg.rms_eps, cpu), "attn_norm", il)
 
+    padded = isinstance(segments, PaddedSegments)
     if variant.qk_rope:
         q, k, v = joint_qk_norm_rope(ctx, layer, cfg, cur, pos, product)                  # [D, H or Hkv, L]
     else:
@@ -304,17 +320,18 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
         q = named(nn.rope_neox(ctx, q, pos, cfg.rope_theta), "Qcur", il)
         k = named(nn.rope_neox(ctx, k, pos, cfg.rope_theta), "Kcur", il)
     named(v, "Vcur", il)
-    if variant.kv_rows and flash_kv is not None and not (isinstance(segments, PaddedSegments) and
-                                                         segments.k_rows is not None):
+    if variant.kv_rows and flash_kv is not None and not (padded and segments.k_rows is not None):
         k, v = rows_as(ctx, k, flash_kv, inputs.kv_rows), rows_as(ctx, v, flash_kv, inputs.kv_rows)
     if variant.one_attention:
         cur = nn.attention(ctx, q, k, v, inputs.attn_mask, 1.0 / math.sqrt(cfg.head_dim),
                            flash=flash_kv is not None, kv_type=flash_kv, contiguous_qk=contiguous_qk)
-    elif isinstance(segments, PaddedSegments):
+    elif padded:
         cur = padded_attention(ctx, cfg, q, k, v, segments, flash_kv)
     else:
         cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk, cpu, variant.fma_attention)
     named(cur, "kqv_out", il)                                                                # [D * H, L]
+    if variant.attn_cast and not padded:
+        attn_out_product = cast_product
     cur = named(attn_out_product(ctx, layer.o, cur), "attn_out", il)                         # [n_embd, L]
     x = named(lib.ggml_add(ctx, residual, cur), "ffn_inp", il)
 
@@ -342,9 +359,10 @@ def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_m
     `contiguous_qk` and `cpu`: see decoder_layer.
     """
     x = embed(ctx, w, cfg, text_ids, audio_ids, audio_mask, text_mask)
+    scratch = CastScratch() if variant.cast_scratch and w.packed is None else None
     for il, layer in enumerate(w.layers):
         x = decoder_layer(ctx, layer, cfg, il, x, pos, segments, flash_kv, variant, inputs, contiguous_qk,
-                          w.packed, cpu)
+                          w.packed, cpu, scratch)
         if clamp_fp16:
             x = lib.ggml_clamp(ctx, x, -FP16_MAX, FP16_MAX)
     return named(nn.rms_norm(ctx, x, w.output_norm, cfg.rms_eps, cpu), "result_norm")
@@ -352,7 +370,8 @@ def hidden_states(ctx, w: LMWeights, cfg: LMConfig, text_ids, audio_ids, audio_m
 
 def audio_logits(ctx, w: LMWeights, cfg: LMConfig, h, variant: Variant = DEFAULT):
     """audio_heads over the given positions: h [n_embd, N] -> logits [audio_vocab, n_codebook, N]."""
-    logits = named(products(variant, w.packed)[0](ctx, w.audio_heads, h), "result_output")  # [8 * V, N]
+    # h: columns or gathered rows of the final norm's output, which no kernel writes in the weights' type
+    logits = named(products(variant, w.packed)[1](ctx, w.audio_heads, h), "result_output")  # [8 * V, N]
     return lib.ggml_reshape_3d(ctx, logits, cfg.audio_vocab, cfg.n_codebook, h.ne[1])
 
 
@@ -368,6 +387,27 @@ def typed_product(ctx, w, x):
     if w.type in (types.F16, types.BF16) and x.type != w.type:
         x = lib.ggml_cast(ctx, x, w.type)
     return lib.ggml_mul_mat(ctx, w, x)
+
+
+class CastScratch:
+    """The casts of a graph's product inputs written into one tensor per type and shape (of the norms' outputs,
+    SwiGLU's, the attention's) instead of a new tensor each (Variant.cast_scratch). Each layer's casts overwrite
+    the layer's before, which the graph's data order makes safe: a cast's input depends on the product that read
+    the cast before it. The tensor itself is the CPY's destination, not a view of it: a VIEW node between the
+    kernel and its cast would keep CUDA from fusing them."""
+
+    def __init__(self) -> None:
+        self.tensors: dict[tuple, object] = {}
+
+    def typed_product(self, ctx, w, x):
+        """typed_product with the cast written into the scratch."""
+        if w.type not in (types.F16, types.BF16) or x.type == w.type:
+            return lib.ggml_mul_mat(ctx, w, x)
+        key = (w.type, *(x.ne[i] for i in range(4)))
+        t = self.tensors.get(key)
+        if t is None:
+            t = self.tensors[key] = lib.ggml_new_tensor(ctx, w.type, 4, x.ne)
+        return lib.ggml_mul_mat(ctx, w, lib.ggml_cpy(ctx, x, t))
 
 
 def rows_as(ctx, x, dst_type: int, ids):

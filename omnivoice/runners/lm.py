@@ -159,10 +159,15 @@ class LanguageModel:
             else:
                 cuda_f16_kv = runtime.device.backend.lower() == "cuda" and not runtime.exact_f32
                 # fused_casts where the build fuses them (patch 0005; without it the casts would be CPY kernels
-                # of their own): 64 packed requests 77.2 -> 72.7 ms a step on the H200, auto5 2.96 -> 2.85
+                # of their own): 64 packed requests 77.2 -> 72.7 ms a step on the H200, auto5 2.96 -> 2.85;
+                # their outputs in a scratch that no input shares (cast_scratch), and the attention's written as
+                # its product's input by patch 0013's kernel where that takes the model (attn_cast): GPU time
+                # a step -2.6 to -4.8 % (auto5, clone5, auto20 on the H200, two calls), the same logits
                 # the CPU: its attention on the package's FMA kernel where that runs (Variant.fma_attention)
-                variant = (lm_graph.Variant(kv_rows=True, fused_casts=built_with_patch("0005-")) if cuda_f16_kv
-                           else lm_graph.Variant(fma_attention=not runtime.is_gpu))
+                fused = built_with_patch("0005-")
+                variant = (lm_graph.Variant(kv_rows=True, fused_casts=fused, cast_scratch=fused,
+                                            attn_cast=built_with_patch("0013-") and short_attention_fits(self.cfg))
+                           if cuda_f16_kv else lm_graph.Variant(fma_attention=not runtime.is_gpu))
         if stack_projections is None:
             stack_projections = runtime.is_gpu or variant.qk_rope
         if variant.qk_rope and not stack_projections:
@@ -289,6 +294,15 @@ class LanguageModel:
     def close(self) -> None:
         self.clear_graphs()  # their graphs point at the weights
         self.store.close()
+
+
+def short_attention_fits(cfg: lm_graph.LMConfig) -> bool:
+    """Whether ggml patch 0007's short-sequence flash-attention kernel takes this model's attention (head size
+    128, 2 to 8 query heads a K/V head; its lengths are checked per call): elsewhere attn_cast's cast would be a
+    conversion kernel of its own, slower than the product's."""
+    if cfg.n_head_kv <= 0 or cfg.n_head % cfg.n_head_kv:
+        return False
+    return cfg.head_dim == 128 and 2 <= cfg.n_head // cfg.n_head_kv <= 8
 
 
 def variant_constants(variant: lm_graph.Variant, L: int, spans: list[tuple[int, int]]) -> dict[str, np.ndarray]:

@@ -11,8 +11,10 @@
 #   4. tools/bench.py side by side with the reference in bfloat16 (auto5, clone5, auto20), arm BENCH_ARM.
 # ARMS (default "off on one", off first) picks the arms; OFF (default GGML_CUDA_DISABLE_FATTN_SHORT=1) is the
 # off arm's environment, so that the script A/Bs a later patch's switch too (0009:
-# OFF=GGML_CUDA_DISABLE_FATTN_CONCAT=1); BENCH=0 skips step 4; REQUEST_PROFILE=1 adds tools/request_profile.py
-# (a request's phases, the codec's kernels) before it.
+# OFF=GGML_CUDA_DISABLE_FATTN_CONCAT=1); ARM_<name> is another arm's environment (0013: ARMS="off scratch on"
+# OFF=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts ARM_scratch=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts,cast_scratch);
+# BENCH=0 skips step 4; REQUEST_PROFILE=1 adds tools/request_profile.py (a request's phases, the codec's kernels)
+# before it; TF32=default runs step 4 with ggml's TF32 (a user's setting).
 # Results in $OUT: h200_fattn_short.log, tests-cuda.log, logits_ab.md, steps.jsonl, bench-cuda.json/.md
 # (request_profile.json).
 #
@@ -33,8 +35,11 @@ grep -qE "[0-9]+ (failed|error)" "$OUT/tests-cuda.log" && { stamp "tests failed:
 # with a block-diagonal mask: the one_attention graph variant)
 ONE="OMNIVOICE_LM_VARIANT=kv_rows,fused_casts,one_attention"
 declare -A ENVS=([off]="$OFF" [on]="" [one]="$ONE")
-stamp "logits of each arm against off"
 ARMS=${ARMS:-off on one}
+for arm in $ARMS; do  # another arm's environment: ARM_<name>
+  v=ARM_$arm; [ -n "${!v:-}" ] && ENVS[$arm]=${!v}
+done
+stamp "logits of each arm against off"
 for arm in $ARMS; do
   env ${ENVS[$arm]} python3 tools/lm_logits_ab.py dump --gguf "$MODEL" --backend cuda --out /tmp/fattn-$arm.npz |
     tail -1
@@ -63,7 +68,10 @@ if [ "${REQUEST_PROFILE:-0}" = 1 ] && (( $(left) > 100 )); then
     --json "$OUT/request_profile.json" 2>&1 | grep -vE "^ {6}|UserWarning|_warn_once"
 fi
 if [ "${BENCH:-1}" = 1 ] && (( $(left) > 70 )) && [ -n "${REF_SITE:-}" ]; then
-  stamp "side by side with the reference (BENCH_ARM, default one)"
+  # TF32=default: ggml's TF32 for the codec's F32 products, as a user's process has it (batch_setup.sh's
+  # NVIDIA_TF32_OVERRIDE=0 is the parity runs' setting)
+  [ "${TF32:-off}" = default ] && unset NVIDIA_TF32_OVERRIDE
+  stamp "side by side with the reference (BENCH_ARM, default one; TF32 ${TF32:-off})"
   env ${ENVS[${BENCH_ARM:-one}]} timeout $(( $(left) - 10 )) python3 tools/bench.py --checkpoint "$CKPT" --gguf-dir "$W/gguf" --backend cuda \
     --quant bf16 --ref-python python3 --ref-pythonpath "$REF_SITE" --ref-dtype bfloat16 \
     --cases auto5,clone5,auto20 --repeats 3 --warmup 1 --json "$OUT/bench-cuda.json" \
