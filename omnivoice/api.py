@@ -147,9 +147,9 @@ class OmniVoice:
         weights, the precision class of ggml's Q8_0 products, 1.3-1.4x i16's speed), "amx" (its BF16 kernel on
         Intel's AMX tiles: BF16's rounding, 1.5-2.1x ggml's AMX Q8_0 products on an Emerald Rapids Xeon) or "fma"
         (its float32 kernel); default OMNIVOICE_CPU_PRODUCTS, else "auto": fma for F32 weights (on AVX-512 CPUs
-        up to 4 threads), and for the other types amx on CPUs with AMX-BF16, i8 on AVX2 CPUs without AVX-512
-        (runners.lm.products_kernel). The codec's convolutions on the CPU run on the fma kernel unless it is
-        "ggml" (runners.codec.fma_convs).
+        up to 4 threads), and for the other types amx on CPUs with AMX-BF16, else i8 on AVX2 CPUs but for BF16
+        weights where ggml has AVX-512 BF16 dot products (runners.lm.products_kernel). The codec's convolutions on
+        the CPU run on the fma kernel unless it is "ggml" (runners.codec.fma_convs).
         """
         from .codec import load_codec
         from .ggml import Runtime

@@ -123,7 +123,7 @@ def add_quant_option(group) -> None:
     group.add_argument("--quant", default="auto", choices=("auto",) + REPO_QUANT_ORDER, metavar="QUANT",
                        help="LM weight type: what a checkpoint is converted to, or which file of a folder or a "
                             f"repo of GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on "
-                            "CUDA, f16 on other GPUs; on the CPU by its kernels: bf16 with AMX or AVX-512 BF16, f16 "
+                            "CUDA, f16 on other GPUs; on the CPU by its kernels: bf16 with AMX, f16 "
                             "with AVX2 and F16C, else f32)")
     from .runners.lm import CPU_PRODUCTS
 
@@ -135,8 +135,8 @@ def add_quant_option(group) -> None:
                             "speed; 1 byte a weight), amx, BF16 on Intel's AMX tiles (BF16's rounding, "
                             "1.5-2.1x ggml's Q8_0 on AMX; 2 bytes a weight), fma, float32 with AVX2 or AVX-512 (4 "
                             "bytes a weight); default OMNIVOICE_CPU_PRODUCTS, else auto: fma for f32 weights; for "
-                            "the others amx on CPUs with AMX-BF16, i8 on AVX2 CPUs without AVX-512 (i16 for F16's "
-                            "precision there), ggml's otherwise. "
+                            "the others amx on CPUs with AMX-BF16, else i8 on AVX2 CPUs (i16 for F16's precision "
+                            "there) but ggml's for bf16 weights with AVX-512 BF16, ggml's otherwise. "
                             "ggml also keeps ggml's products in the codec, whose convolutions run on fma otherwise")
 
 

@@ -68,12 +68,11 @@ def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None)
     (`cpu_features`, default: this build's): with AMX (Intel's server CPUs since Sapphire Rapids) BF16, whose
     products run on the package's AMX kernel (nn.amx; on the 16-core Emerald Rapids host of the H200 machine
     2.4-3.2x the float32 reference end to end on 2 threads and 2.4-2.5x on 16, 94 % teacher-forced agreement), or
-    Q8_0 in ggml's AMX buffer where that kernel is missing (1.3-1.9x; 85 %); BF16 with AVX-512 BF16 otherwise
-    (ggml's BF16 dot products: LM step 1.9x faster than F32 on the Zen 4), F16 with AVX2 and F16C (llamafile's
-    F16 GEMM: 1.44x on the Zen 3 at 99.0 % teacher-forced agreement with F32, where BF16 and Q8_0 are no faster
-    than F32 and agree 94.1 / 85.6 %; without AVX-512 the LM then multiplies them with the package's int8
-    kernel, runners.lm.products_kernel: 2.6-3.2x the float32 reference end to end there, 79 %, the most precise
-    of the int8 kernel's inputs; its int16 kernel 2.0-2.4x, 98.6 %), else F32.
+    Q8_0 in ggml's AMX buffer where that kernel is missing (1.3-1.9x; 85 %); F16 with AVX2 and F16C, whose
+    products run on the package's int8 kernel (runners.lm.products_kernel: 2.6-3.2x the float32 reference end to
+    end on the Zen 3, 2.6-3.3x on the Zen 4, 79 % teacher-forced, the most precise of the int8 kernel's inputs;
+    its int16 kernel, `cpu_products="i16"`, 2.0-2.6x, 98.6 %), but BF16 with AVX-512 BF16 where that kernel is
+    missing (ggml's BF16 dot products: 2.0-2.3x on the Zen 4, where ggml's F16 products gave 1.3-1.5x); else F32.
     F32, the reference's own precision, is `quant="f32"`."""
     name = backend_name.lower()
     if name != "cpu":
@@ -86,7 +85,10 @@ def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None)
 
         return "bf16" if amx.available() else "q8_0"
     if "AVX512_BF16" in cpu_features:
-        return "bf16"
+        from .nn import int8
+
+        if not int8.available():
+            return "bf16"
     return "f16" if {"AVX2", "F16C"} <= cpu_features else "f32"
 
 

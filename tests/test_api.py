@@ -113,7 +113,7 @@ def test_checkpoint_directory_is_converted_once(tiny_checkpoint, tmp_path, monke
 
 
 def test_checkpoint_is_converted_to_the_backends_weight_type(tiny_checkpoint, tmp_path, monkeypatch, runtime):
-    from omnivoice.nn import amx
+    from omnivoice.nn import amx, int8
     from omnivoice.resolve import default_quant
 
     monkeypatch.setenv("OMNIVOICE_CACHE", str(tmp_path))
@@ -121,7 +121,11 @@ def test_checkpoint_is_converted_to_the_backends_weight_type(tiny_checkpoint, tm
         quant = default_quant(runtime.device.backend)
         assert ov.model_path.name == f"omnivoice-base-{quant.upper()}.gguf"
     assert (default_quant("CUDA"), default_quant("Vulkan")) == ("bf16", "f16")
-    assert default_quant("CPU", frozenset({"AVX2", "F16C", "FMA", "AVX512", "AVX512_BF16"})) == "bf16"
+    zen4 = frozenset({"AVX2", "F16C", "FMA", "AVX512", "AVX512_BF16"})
+    monkeypatch.setattr(int8, "available", lambda: True)  # F16 on the package's int8 kernel
+    assert default_quant("CPU", zen4) == "f16"
+    monkeypatch.setattr(int8, "available", lambda: False)  # a build without it: ggml's BF16 dot products
+    assert default_quant("CPU", zen4) == "bf16"
     amx_cpu = frozenset({"AVX2", "F16C", "AVX512", "AVX512_BF16", "AMX_INT8"})
     monkeypatch.setattr(amx, "available", lambda: True)  # BF16 on the package's AMX kernel
     assert default_quant("CPU", amx_cpu) == "bf16"

@@ -79,8 +79,8 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
     projections: for F32 weights fma, float32 like ggml's F32 products and 1.2-1.35x their speed on the 2-core
     Zen 3 (tokens still the reference's in the parity tests; ggml's F32 GEMM reads its right operand unblocked),
     except on AVX-512 CPUs with more than FMA_MAX_AVX512_THREADS threads; for every other weight type (unless the
-    runtime is exact_f32, which keeps ggml's products there) amx where the CPU has AMX-BF16, and i8 where it has
-    AVX2 but no AVX-512.
+    runtime is exact_f32, which keeps ggml's products there) amx where the CPU has AMX-BF16, else i8 where it has
+    AVX2, but for BF16 weights on CPUs with AVX512-BF16 (ggml's BF16 dot products).
     With AMX, the AMX kernel's BF16 products ran 1.5-2.1x ggml's AMX Q8_0 ones on the 16-core Emerald Rapids host
     (3.5-4.7 TFLOP/s at 16 threads), agreeing with float32 as BF16 does (94 % of the teacher-forced choices against
     Q8_0's 85 %). Without AVX-512 ggml's kernels are bound by 8-lane FMAs (or, for Q8_0 and the K-quants, integer
@@ -90,8 +90,11 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
     float32 reference, 79 % of the teacher-forced choices, where i16 gives 0.99999 and 99 %, ggml's Q8_0 0.9996
     and 84 %, its Q6_K 0.996 and 71 %). Only i8 takes the default F16 file past 2.5x the float32 reference end to
     end there (2.6-3.2x against i16's 2.0-2.4x), so it is the default; `cpu_products="i16"` keeps F16's
-    precision at the int16 kernel's speed (BENCHMARKS.md). The packed matrices take 2 bytes a weight (i8: 1;
-    fma: 4, as the F32 file), more than a Q8_0 or K-quant file's.
+    precision at the int16 kernel's speed (BENCHMARKS.md). With AVX-512 but no AMX (the 2-core Zen 4) ggml's F16
+    and Q8_0 products still ran an LM step at half i8's speed (1.52-1.67 and 1.33 s against 0.73-0.81 and
+    0.79); its BF16 ones, on AVX512-BF16, at 0.93 s against 0.80, close enough to keep BF16's precision.
+    The packed matrices take 2 bytes a weight (i8: 1; fma: 4, as the F32 file), more than a Q8_0 or K-quant
+    file's.
     `stacked` projections (the qk_rope variant) keep ggml's products (a kernel named is then an error)."""
     choice = products_choice(choice)
     if choice == "ggml":
@@ -121,7 +124,7 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
         return None
     if amx.available():
         return amx.KERNEL
-    if avx512:
+    if weight_type == types.BF16 and "AVX512_BF16" in cpu_features():
         return None
     if int8.available():
         return int8.KERNEL

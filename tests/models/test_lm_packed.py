@@ -106,7 +106,7 @@ def test_amx_beside_ggmls_amx_kernels(k256_gguf):
 def test_files_take_the_rules_kernel(k256_gguf, monkeypatch):
     """The rule applied to real files: the type of the first product matrix decides (the Q4_K_M file's q_proj is
     Q4_K, its v_proj and down_proj in some layers Q6_K), whatever this CPU has."""
-    from omnivoice.ggml import backend, lib
+    from omnivoice.ggml import lib
 
     monkeypatch.delenv("OMNIVOICE_CPU_PRODUCTS", raising=False)
     want = {}
@@ -119,16 +119,15 @@ def test_files_take_the_rules_kernel(k256_gguf, monkeypatch):
                 assert lm.cpu_products == want[quant], quant
             finally:
                 lm.close()
-    features = backend.cpu_features()
-    if int8.available() and not amx.available() and "AVX512" not in features:
+    if int8.available() and not amx.available():
         assert want == {"q4_k_m": "i8", "q8_0": "i8", "f16": "i8"}
 
 
 def test_the_rule_that_picks_the_products(monkeypatch):
     """auto on a CPU runtime: fma for F32 weights (exact_f32 too: it is float32; with AVX-512 only on up to four
-    threads); for the other types, never for exact_f32, amx where the CPU has AMX-BF16, else with AVX2 and no
-    AVX-512 i8 (i16 in a build without the int8 kernel); an explicit choice wins, and a kernel where it cannot run
-    is an error."""
+    threads); for the other types, never for exact_f32, amx where the CPU has AMX-BF16, else with AVX2 i8 (i16 in a
+    build without the int8 kernel) but for BF16 weights where ggml has AVX512-BF16 dot products; an explicit choice
+    wins, and a kernel where it cannot run is an error."""
     from omnivoice.ggml import backend
 
     monkeypatch.delenv("OMNIVOICE_CPU_PRODUCTS", raising=False)
@@ -157,7 +156,10 @@ def test_the_rule_that_picks_the_products(monkeypatch):
     assert products_kernel(cpu, types.F16) is None
     monkeypatch.delenv("OMNIVOICE_CPU_PRODUCTS")
     monkeypatch.setattr(backend, "cpu_features", lambda: frozenset({"AVX2", "FMA", "AVX512"}))
-    assert products_kernel(cpu, types.F16, "auto") is None
+    assert all(products_kernel(cpu, t, "auto") is int8.KERNEL for t in quantized)
+    monkeypatch.setattr(backend, "cpu_features", lambda: frozenset({"AVX2", "FMA", "AVX512", "AVX512_BF16"}))
+    assert products_kernel(cpu, types.BF16) is None
+    assert all(products_kernel(cpu, t) is int8.KERNEL for t in quantized if t != types.BF16)
     # F32 on AVX-512: fma on few threads, ggml's on many
     assert products_kernel(cpu, types.F32) is fma.KERNEL
     assert products_kernel(SimpleNamespace(**(vars(cpu) | {"n_threads": 16})), types.F32) is None
@@ -172,6 +174,7 @@ def test_the_rule_that_picks_the_products(monkeypatch):
     assert products_kernel(cpu, types.F32) is fma.KERNEL and products_kernel(gpu, types.F32) is None
     monkeypatch.setattr(amx, "available", lambda: False)
     monkeypatch.setattr(int16, "available", lambda: False)
+    monkeypatch.setattr(int8, "available", lambda: False)
     monkeypatch.setattr(fma, "available", lambda: False)
     with pytest.raises(ValueError, match="AVX2"):
         products_kernel(cpu, types.F16, "i16")
