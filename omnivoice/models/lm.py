@@ -382,10 +382,11 @@ def columns(ctx, x, start: int, n: int):
 
 # ------------------------------------------------------------------------ graph variants (Variant, issue 18)
 
-def typed_product(ctx, w, x):
-    """W x with x cast to W's type first where W is F16 or BF16 (what the backend's product converts it to)."""
+def typed_product(ctx, w, x, scratch: "CastScratch | None" = None):
+    """W x with x cast to W's type first where W is F16 or BF16 (what the backend's product converts it to); the
+    cast written into `scratch`'s tensor of its shape where one is given (Variant.cast_scratch)."""
     if w.type in (types.F16, types.BF16) and x.type != w.type:
-        x = lib.ggml_cast(ctx, x, w.type)
+        x = lib.ggml_cast(ctx, x, w.type) if scratch is None else lib.ggml_cpy(ctx, x, scratch.like(ctx, x, w.type))
     return lib.ggml_mul_mat(ctx, w, x)
 
 
@@ -399,15 +400,16 @@ class CastScratch:
     def __init__(self) -> None:
         self.tensors: dict[tuple, object] = {}
 
+    def like(self, ctx, x, type_: int):
+        """The scratch tensor of x's shape in `type_`."""
+        key = (type_, *(x.ne[i] for i in range(4)))
+        if key not in self.tensors:
+            self.tensors[key] = lib.ggml_new_tensor(ctx, type_, 4, x.ne)
+        return self.tensors[key]
+
     def typed_product(self, ctx, w, x):
-        """typed_product with the cast written into the scratch."""
-        if w.type not in (types.F16, types.BF16) or x.type == w.type:
-            return lib.ggml_mul_mat(ctx, w, x)
-        key = (w.type, *(x.ne[i] for i in range(4)))
-        t = self.tensors.get(key)
-        if t is None:
-            t = self.tensors[key] = lib.ggml_new_tensor(ctx, w.type, 4, x.ne)
-        return lib.ggml_mul_mat(ctx, w, lib.ggml_cpy(ctx, x, t))
+        """typed_product with its cast written into this scratch."""
+        return typed_product(ctx, w, x, self)
 
 
 def rows_as(ctx, x, dst_type: int, ids):
