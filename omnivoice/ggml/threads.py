@@ -4,14 +4,15 @@ ggml's CPU backend splits every operation over its threads and joins them at a b
 that shares its core with another busy process holds all the others back: on a 2-core host with one core busy,
 the old default of one thread per core ran 2.5x slower than one thread (issue 13). The default is therefore
 the cores this process may use (its CPU affinity, and a cgroup CPU quota where one is set) less the ones other
-work keeps busy (the 1-minute load average, scaled to those cores), and at least one. OMNIVOICE_THREADS or an
-explicit thread count overrides it.
+work keeps busy now (a short sample of the host's CPU time, less this process's own, scaled to those cores),
+and at least one. OMNIVOICE_THREADS or an explicit thread count overrides it.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -43,15 +44,53 @@ def _cgroup_quota() -> Optional[float]:
         return None
 
 
+SAMPLE_S = 0.1  # how long busy_cores watches the host's CPU time
+
+
 def busy_cores(cores: int) -> int:
-    """How many of `cores` other work keeps busy: the 1-minute load average, scaled from all the host's CPUs to
-    these `cores`, rounded to the nearest whole core."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # no load average on this system
-        return 0
+    """How many of `cores` other work keeps busy: the CPUs busy with other processes over the last SAMPLE_S
+    seconds (/proc/stat, less this process's own time), else the 1-minute load average, scaled from all the
+    host's CPUs to these `cores` and rounded to the nearest whole core.
+
+    The load average lags by a minute: right after one run ended it still counted that run's cores busy, so on
+    the 2-core Zen 4 a run started then took one thread, half the speed (an LM step 1442 ms against 727 with
+    two threads; a shell loop of `python -m omnivoice.tts` calls would have run each at one thread)."""
+    busy = busy_cpus_now()
+    if busy is None:
+        try:
+            busy = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average on this system
+            return 0
     host = os.cpu_count() or cores
-    return int(load * cores / max(host, cores) + 0.5)
+    return int(busy * cores / max(host, cores) + 0.5)
+
+
+def busy_cpus_now(seconds: float = SAMPLE_S) -> Optional[float]:
+    """CPUs kept busy by other processes over the next `seconds`, from the kernel's CPU time counters
+    (/proc/stat's busy time less this process's, /proc/self/stat), or None where they cannot be read."""
+    try:
+        host0, own0 = _host_busy_ticks(), _own_ticks()
+        time.sleep(seconds)
+        host1, own1 = _host_busy_ticks(), _own_ticks()
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return max(0.0, ((host1 - host0) - (own1 - own0)) / hz / seconds)
+
+
+def _host_busy_ticks() -> int:
+    """All CPUs' time in user, nice, system, irq and softirq (not idle, iowait or steal), in clock ticks."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    if fields[0] != "cpu":
+        raise ValueError("/proc/stat does not start with the cpu line")
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[1:8])
+    return user + nice + system + irq + softirq
+
+
+def _own_ticks() -> int:
+    """This process's user and system time (all its threads), in clock ticks."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime: the stat fields 14 and 15
 
 
 def default_threads() -> int:

@@ -1,8 +1,13 @@
-"""The default CPU thread count follows the cores that are free: affinity, cgroup quota, load average."""
+"""The default CPU thread count follows the cores that are free: affinity, cgroup quota, the CPUs other work
+keeps busy (sampled now, else the load average)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
@@ -11,16 +16,18 @@ from omnivoice.ggml import threads
 
 @pytest.fixture
 def host(monkeypatch):
-    """A fake host: set .cores (affinity), .cpus (all CPUs), .load (1-minute load), .quota (cores or None)."""
+    """A fake host: set .cores (affinity), .cpus (all CPUs), .load (CPUs busy now), .quota (cores or None);
+    .sampled False: no CPU time counters to sample, .load is then the 1-minute load average."""
 
     class Host:
-        cores, cpus, load, quota = 2, 2, 0.0, None
+        cores, cpus, load, quota, sampled = 2, 2, 0.0, None, True
 
     h = Host()
     monkeypatch.delenv("OMNIVOICE_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(h.cores)), raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: h.cpus)
-    monkeypatch.setattr(os, "getloadavg", lambda: (h.load, h.load, h.load))
+    monkeypatch.setattr(threads, "busy_cpus_now", lambda seconds=0.1: h.load if h.sampled else None)
+    monkeypatch.setattr(os, "getloadavg", lambda: (h.load, h.load, h.load) if not h.sampled else (9.0, 9.0, 9.0))
     monkeypatch.setattr(threads, "_cgroup_quota", lambda: h.quota)
     return h
 
@@ -65,3 +72,38 @@ def test_runtime_uses_the_default(host):
     host.load = 1.0
     with Runtime("cpu") as rt:
         assert rt.n_threads == 1
+
+
+def test_without_counters_the_load_average_counts(host):
+    host.sampled, host.load = False, 1.0
+    assert threads.default_threads() == 1
+    host.load = 0.2
+    assert threads.default_threads() == 2
+
+
+def test_a_process_spinning_now_is_seen_and_this_ones_own_work_is_not():
+    """The real counters (Linux): another process kept busy counts as about one CPU; this process's own work,
+    which the load average counts (and a run just ended leaves there for a minute), does not."""
+    if threads.busy_cpus_now(0.05) is None:
+        pytest.skip("no /proc CPU time counters on this system")
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 3\nwhile time.time() < t: pass"])
+    try:
+        time.sleep(0.3)
+        assert threads.busy_cpus_now(0.3) >= 0.5
+    finally:
+        child.kill()
+        child.wait()
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            pass
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        own = threads.busy_cpus_now(0.3)
+    finally:
+        stop.set()
+        spinner.join()
+    assert own < 0.5
