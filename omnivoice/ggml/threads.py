@@ -48,7 +48,7 @@ SAMPLE_S = 0.1  # how long busy_cores watches the host's CPU time
 
 
 def busy_cores(cores: int) -> int:
-    """How many of `cores` other work keeps busy: the CPUs busy with other processes over the last SAMPLE_S
+    """How many of `cores` other work keeps busy: the CPUs busy with other processes over a sample of SAMPLE_S
     seconds (/proc/stat, less this process's own time), else the 1-minute load average, scaled from all the
     host's CPUs to these `cores` and rounded to the nearest whole core.
 
