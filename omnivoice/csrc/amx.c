@@ -94,6 +94,17 @@ struct tile_config {
     uint8_t rows[16];
 };
 
+/* ldtilecfg / sttilecfg with the whole 64-byte configuration as the memory operand. GCC 12's _tile_loadconfig names
+ * only its first 8 bytes (`*(const void **) config`), so the compiler may drop the stores of rows and colsb as
+ * dead: ggml's own AMX kernels, built by Debian 12's GCC 12.2, loaded a configuration of zeros and garbage that
+ * way and died of a general-protection fault on their first product (vendor/ggml/patches/0016). */
+AMX static inline void load_tile_config(const struct tile_config * cfg) {
+    __asm__ volatile("ldtilecfg %0" :: "m"(*cfg));
+}
+AMX static inline void store_tile_config(struct tile_config * cfg) {
+    __asm__ volatile("sttilecfg %0" : "=m"(*cfg));
+}
+
 /* The thread's zero-padded copy of the last block of tokens (TB rows of K BF16). */
 static _Thread_local uint16_t * tail_buf;
 static _Thread_local size_t tail_cap;
@@ -137,14 +148,14 @@ AMX void omnivoice_amx_mul_mat(struct ggml_tensor * dst, int ith, int nth, void 
     /* The thread's tile configuration before this node, put back after it: ggml's own AMX kernels (Q8_0,
      * K-quants) configure a thread's tiles once, on their first product there, and count on it after. */
     struct tile_config saved, cfg;
-    _tile_storeconfig(&saved);
+    store_tile_config(&saved);
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int i = 0; i < 8; i++) {
         cfg.colsb[i] = 64;
         cfg.rows[i] = 16;
     }
-    _tile_loadconfig(&cfg);
+    load_tile_config(&cfg);
     const char * wq = (const char *) w->data;
     const size_t panel_bytes = (size_t) K * 32;  /* K / 2 pairs x 16 rows x 4 bytes */
     for (int64_t c0 = u0; c0 < u1; c0 += CHUNK) {
@@ -176,7 +187,7 @@ AMX void omnivoice_amx_mul_mat(struct ggml_tensor * dst, int ith, int nth, void 
             }
         }
     }
-    if (saved.palette) _tile_loadconfig(&saved);
+    if (saved.palette) load_tile_config(&saved);
     else _tile_release();
 }
 

@@ -49,6 +49,22 @@ def test_repacked_product_equals_the_plain_one(runtime, rng, q4_0):
     assert np.abs(y - x @ wq.T).max() / scale < 2e-2                  # x as Q8_0: about 1 % of the scale
 
 
+@pytest.mark.parametrize("n", [1, N])
+def test_amx_product_equals_the_plain_one(runtime, rng, n):
+    """Q8_0 in ggml's AMX buffer (Runtime.weight_buffer on CPUs with AMX): one column (its AVX512-VNNI path) and
+    many (AMX tiles). GCC 12.2 built the tiles' configuration from zeros and stack garbage, and the many-column
+    product died of a general-protection fault (vendor/ggml/patches/0016)."""
+    if runtime.weight_buffer(types.Q8_0, [COLS, ROWS]) != "AMX":
+        pytest.skip(f"{runtime.device.spec}: no AMX buffer for Q8_0 (no AMX, or a build without its kernels)")
+    w = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    x = rng.standard_normal((n, COLS)).astype(np.float32)
+    with WeightStore.from_arrays(runtime, {"w": ("q8_0", w)}, repack=lambda _: True) as packed, \
+            WeightStore.from_arrays(runtime, {"w": ("q8_0", w)}) as plain:
+        assert buffer_name(packed["w"]) == "AMX" and buffer_name(plain["w"]) != "AMX"
+        y, y_plain = product(runtime, packed["w"], x), product(runtime, plain["w"], x)
+    assert np.abs(y - y_plain).max() / np.abs(y_plain).max() < 1e-5
+
+
 def mapped(runtime, f, repack):
     """The tensors of GGUF file `f` in a store that may use the file's memory map in place."""
     store = WeightStore(runtime, f.path, f.metadata, region=f.data)

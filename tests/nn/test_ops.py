@@ -251,6 +251,36 @@ def test_embedding(run, rng):
     np.testing.assert_array_equal(y, table[ids])
 
 
+def _bf16_rne(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 (round to nearest even), back as float32."""
+    b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+
+
+@pytest.mark.parametrize("width,stride,offset", [(1024, 4096, 3072), (8, 12, 4), (6, 6, 0), (8, 9, 1)])
+@pytest.mark.parametrize("dst", ["f32", "f16", "bf16"])
+def test_set_rows_writes_f32_rows_as_numpy_rounds_them(run, rng, width, stride, offset, dst):
+    """set_rows of F32 rows read through a strided view (as the LM's V rows in its q/k/v product: width 1024, row
+    stride 4096, offset 3072) into F32, F16 or BF16 rows at permuted ids: every value rounded to nearest even.
+    On CUDA the first two shapes take patch 0015's four-values-a-thread kernel, the others (a width or stride not
+    a multiple of four, or an unaligned start) the one-value kernel."""
+    L = 37
+    x = rng.standard_normal((L, stride)).astype(np.float32)
+    ids = rng.permutation(L).astype(np.int64)
+    t = types.by_name(dst)
+
+    def build(ctx, ws, x, ids):
+        rows = lib.ggml_view_2d(ctx, x, width, L, x.nb[1], offset * 4)                          # [width, L]
+        y = lib.ggml_set_rows(ctx, lib.ggml_new_tensor_2d(ctx, t, width, L), rows, ids)
+        return y if t == types.F32 else lib.ggml_cast(ctx, y, types.F32)  # F16 and BF16 to F32: exact
+
+    y = run(build, {"x": x, "ids": ids})
+    rows = x[:, offset:offset + width]
+    want = np.empty_like(rows)
+    want[ids] = {"f32": rows, "f16": rows.astype(np.float16).astype(np.float32), "bf16": _bf16_rne(rows)}[dst]
+    np.testing.assert_array_equal(y, want)
+
+
 # ------------------------------------------------------------------------------------------ rope, attention
 def rope_neox_ref(x: np.ndarray, pos: np.ndarray, theta: float) -> np.ndarray:
     """x (T, H, D): HF's rotate_half convention (pairs i and i + D/2)."""
