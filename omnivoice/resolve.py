@@ -67,7 +67,8 @@ def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None)
     (Vulkan's BF16 products are 4x slower than its F16 ones). On the CPU, by the features of its kernels
     (`cpu_features`, default: this build's): with AMX (Intel's server CPUs since Sapphire Rapids) BF16, whose
     products run on the package's AMX kernel (nn.amx; on the 16-core Emerald Rapids host of the H200 machine
-    2.4-3.2x the float32 reference end to end on 2 threads and 2.4-2.5x on 16, 94 % teacher-forced agreement), or
+    2.4-3.2x the float32 reference end to end on 2 threads and 2.4-2.5x on 16, 94 % teacher-forced agreement; 4.7x
+    on a 2-core AMX Xeon), or
     Q8_0 in ggml's AMX buffer where that kernel is missing (1.3-1.9x; 85 %); F16 with AVX2 and F16C, whose
     products run on the package's int8 kernel (runners.lm.products_kernel: 2.6-3.2x the float32 reference end to
     end on the Zen 3, 2.6-3.3x on the Zen 4, 79 % teacher-forced, the most precise of the int8 kernel's inputs;

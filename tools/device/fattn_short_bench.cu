@@ -45,6 +45,20 @@ static __device__ __forceinline__ void fattn_short_mma(float c[4], const uint32_
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// four 8x8 matrices of halves from shared memory, transposed or not: thread l gives the address of row l % 8 of
+// matrix l / 8
+template <bool TRANS>
+static __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const half * row) {
+    const unsigned int addr = (unsigned int) __cvta_generic_to_shared(row);
+    if constexpr (TRANS) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+            : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+    } else {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+            : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+    }
+}
+
 static __device__ __forceinline__ uint32_t fattn_short_pack(const float x, const float y) {
     const half2 h = __floats2half2_rn(x, y);
     return *reinterpret_cast<const uint32_t *>(&h);
@@ -213,12 +227,10 @@ static __device__ __forceinline__ void flash_attn_short_body(
                 const half * krow = Kc + (nt*8 + lane % 8)*ROW + (lane/8)*8;
 #pragma unroll
                 for (int p = 0; p < D/32; ++p) {
-                    uint32_t k0r, k1r, k2r, k3r;
-                    const unsigned int addr = (unsigned int) __cvta_generic_to_shared(krow + p*32);
-                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                        : "=r"(k0r), "=r"(k1r), "=r"(k2r), "=r"(k3r) : "r"(addr));
-                    fattn_short_mma(sc[nt], qa[2*p], k0r, k1r);
-                    fattn_short_mma(sc[nt], qa[2*p + 1], k2r, k3r);
+                    uint32_t k[4];
+                    ldsm_x4<false>(k, krow + p*32);
+                    fattn_short_mma(sc[nt], qa[2*p], k[0], k[1]);
+                    fattn_short_mma(sc[nt], qa[2*p + 1], k[2], k[3]);
                 }
             } else {
                 const half * kr = Kc + (nt*8 + g)*ROW + t*2;
@@ -295,12 +307,10 @@ static __device__ __forceinline__ void flash_attn_short_body(
             const half * vrow = Vc + (kk*16 + ((lane/8) % 2)*8 + lane % 8)*ROW + (lane/16)*8;
 #pragma unroll
             for (int dp = 0; dp < D/16; ++dp) {
-                uint32_t v0, v1, v2, v3;
-                const unsigned int addr = (unsigned int) __cvta_generic_to_shared(vrow + dp*16);
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                    : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3) : "r"(addr));
-                fattn_short_mma(o[2*dp],     pa, v0, v1);
-                fattn_short_mma(o[2*dp + 1], pa, v2, v3);
+                uint32_t v[4];
+                ldsm_x4<true>(v, vrow + dp*16);
+                fattn_short_mma(o[2*dp],     pa, v[0], v[1]);
+                fattn_short_mma(o[2*dp + 1], pa, v[2], v[3]);
             }
         }
         if (mask && i + 1 < n) {
