@@ -98,12 +98,14 @@ struct tile_config {
  * only its first 8 bytes (`*(const void **) config`), so the compiler may drop the stores of rows and colsb as
  * dead: ggml's own AMX kernels, built by Debian 12's GCC 12.2, loaded a configuration of zeros and garbage that
  * way and died of a general-protection fault on their first product (vendor/ggml/patches/0016). */
+#ifndef load_tile_config  /* (tests/nn/csrc/amx_emulated.c defines both as C) */
 AMX static inline void load_tile_config(const struct tile_config * cfg) {
     __asm__ volatile("ldtilecfg %0" :: "m"(*cfg));
 }
 AMX static inline void store_tile_config(struct tile_config * cfg) {
     __asm__ volatile("sttilecfg %0" : "=m"(*cfg));
 }
+#endif
 
 /* The thread's zero-padded copy of the last block of tokens (TB rows of K BF16). */
 static _Thread_local uint16_t * tail_buf;
@@ -144,6 +146,9 @@ AMX void omnivoice_amx_mul_mat(struct ggml_tensor * dst, int ith, int nth, void 
             if (tail + r < N) memcpy(tail_buf + r * K, (const char *) x->data + (tail + r) * xs, K * 2);
             else memset(tail_buf + r * K, 0, K * 2);
         }
+        /* GCC's _tile_loadd declares no memory read: without this barrier the copy above could legally be moved
+         * past the tile loads that read it (the class of the _tile_loadconfig bug above) */
+        __asm__ volatile("" ::: "memory");
     }
     /* The thread's tile configuration before this node, put back after it: ggml's own AMX kernels (Q8_0,
      * K-quants) configure a thread's tiles once, on their first product there, and count on it after. */

@@ -38,15 +38,13 @@ static void emu_dpbf16ps(int c, int a, int b) {
 #undef _tile_stored
 #undef _tile_zero
 #undef _tile_dpbf16ps
-#undef _tile_loadconfig
-#undef _tile_storeconfig
 #undef _tile_release
 #define _tile_loadd(i, base, stride) emu_load(i, base, stride)
 #define _tile_stored(i, base, stride) emu_store(i, base, stride)
 #define _tile_zero(i) memset(tiles[i], 0, sizeof tiles[i])
 #define _tile_dpbf16ps(c, a, b) emu_dpbf16ps(c, a, b)
-#define _tile_loadconfig(cfg) (void) (cfg)
-#define _tile_storeconfig(cfg) memset(cfg, 0, 64)
+#define load_tile_config(cfg) (void) (cfg)
+#define store_tile_config(cfg) memset(cfg, 0, 64)
 #define _tile_release() (void) 0
 
 #include "amx.c"
