@@ -20,6 +20,8 @@ from omnivoice import nn
 from omnivoice.gguf.layouts import conv_transpose_weight
 from omnivoice.ggml import lib, types
 
+from .test_amx import bf16
+
 
 def rel_err(got, want) -> float:
     return float(np.max(np.abs(np.asarray(got, np.float64) - want)) / (np.max(np.abs(want)) + 1e-30))
@@ -251,12 +253,6 @@ def test_embedding(run, rng):
     np.testing.assert_array_equal(y, table[ids])
 
 
-def _bf16_rne(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 (round to nearest even), back as float32."""
-    b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
-
-
 @pytest.mark.parametrize("width,stride,offset", [(1024, 4096, 3072), (8, 12, 4), (6, 6, 0), (8, 9, 1)])
 @pytest.mark.parametrize("dst", ["f32", "f16", "bf16"])
 def test_set_rows_writes_f32_rows_as_numpy_rounds_them(run, rng, width, stride, offset, dst):
@@ -277,7 +273,7 @@ def test_set_rows_writes_f32_rows_as_numpy_rounds_them(run, rng, width, stride, 
     y = run(build, {"x": x, "ids": ids})
     rows = x[:, offset:offset + width]
     want = np.empty_like(rows)
-    want[ids] = {"f32": rows, "f16": rows.astype(np.float16).astype(np.float32), "bf16": _bf16_rne(rows)}[dst]
+    want[ids] = {"f32": rows, "f16": rows.astype(np.float16).astype(np.float32), "bf16": bf16(rows)}[dst]
     np.testing.assert_array_equal(y, want)
 
 
