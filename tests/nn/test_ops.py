@@ -18,7 +18,7 @@ from scipy.special import erf
 
 from omnivoice import nn
 from omnivoice.gguf.layouts import conv_transpose_weight
-from omnivoice.ggml import lib, types
+from omnivoice.ggml import ffi, lib, types
 
 from .test_amx import bf16
 
@@ -299,6 +299,38 @@ def test_rope_neox(run, rng):
     assert rel_err(y, rope_neox_ref(x.astype(np.float64), pos, 1e6)) < 2e-5
 
 
+def test_q_k_v_of_the_stacked_product_as_the_lm_writes_them(run, rng):
+    """One layer's q and k (RMSNorm x weight, then RoPE) and v out of the stacked q/k/v product, k and v written as
+    F16 rows by set_rows over row ids, built in the LM graph's order and with its heads and head size (on CUDA,
+    ggml patch 0017 runs the three as one kernel): q to float32 rounding of the reference, k to F16's, v exactly
+    as numpy rounds it to F16."""
+    from omnivoice.models.lm import rows_as
+
+    T, H, Hkv, D, eps, theta = 37, 16, 8, 128, 1e-6, 1e6
+    qkv = rng.standard_normal((T, (H + 2 * Hkv) * D)).astype(np.float32)   # ggml [(H + 2 Hkv) D, T]
+    wq, wk = (rng.uniform(0.5, 1.5, D).astype(np.float32) for _ in range(2))
+    pos = (np.arange(T) * 3).astype(np.int32)
+
+    def build(ctx, ws, qkv, pos, ids):
+        def heads(first, n):                                                                  # [D, n, T]
+            return lib.ggml_view_3d(ctx, qkv, D, n, T, D * 4, qkv.nb[1], first * D * 4)
+        q = nn.rope_neox(ctx, nn.rms_norm(ctx, heads(0, H), ws["wq"], eps), pos, theta)
+        k = nn.rope_neox(ctx, nn.rms_norm(ctx, heads(H, Hkv), ws["wk"], eps), pos, theta)
+        return q, rows_as(ctx, k, types.F16, ids), rows_as(ctx, heads(H + Hkv, Hkv), types.F16, ids)
+
+    q, k, v = run(build, {"qkv": qkv, "pos": pos, "ids": np.arange(T, dtype=np.int64)}, {"wq": wq, "wk": wk},
+                  outputs=("q", "k", "v"))
+    x = qkv.reshape(T, H + 2 * Hkv, D).astype(np.float64)
+
+    def normed(x, w):
+        return x / np.sqrt(np.mean(x ** 2, axis=-1, keepdims=True) + eps) * w
+
+    assert rel_err(q.reshape(T, H, D), rope_neox_ref(normed(x[:, :H], wq), pos, theta)) < 2e-5
+    assert k.dtype == np.float16 and v.dtype == np.float16
+    assert rel_err(k.reshape(T, Hkv, D), rope_neox_ref(normed(x[:, H:H + Hkv], wk), pos, theta)) < 1e-3
+    assert np.array_equal(v.reshape(T, Hkv, D), qkv.reshape(T, H + 2 * Hkv, D)[:, H + Hkv:].astype(np.float16))
+
+
 def attention_ref(q, k, v, mask, scale):
     """q (T, Hq, D), k/v (S, Hkv, D), additive mask (T, S) -> (T, Hq*D)."""
     rep = q.shape[1] // k.shape[1]
@@ -363,6 +395,38 @@ def test_flash_attention_padded_sequences(run, runtime, rng, P):
         qi, ki, vi = (x.transpose(1, 0, 2).astype(np.float64) for x in (q[i], k[i, :, :n], v[i, :, :n]))
         want = attention_ref(qi, ki, vi, np.zeros((P, n)), scale)
         assert rel_err(y[i].reshape(P, H * D), want) < 3e-3, f"sequence {i} ({n} of {P} keys)"
+
+
+def test_flash_attention_alone_equals_padded_bit_for_bit(run, runtime, rng):
+    """A sequence's attention computed alone (one call of its own length, no mask: a lone request) and inside a
+    padded call of four (a batched engine's bucket) is the same to the bit: the batched engine's tokens equal one by
+    one's only so. The model's heads and head size, lengths that end inside a 64-key chunk and on one; on CUDA ggml
+    patch 0007's kernel takes both calls with other query tiles a block (on the H200 two alone, four here) and must sum each
+    row's keys in the same order whatever the call's padding and tiling."""
+    if not runtime.supports_flash_attn(128):
+        pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")
+    P, H, Hkv, D = 600, 16, 8, 128
+    lengths = [600, 300, 100, 256]
+    q = rng.standard_normal((len(lengths), H, P, D)).astype(np.float32)
+    k = rng.standard_normal((len(lengths), Hkv, P, D)).astype(np.float16)
+    v = rng.standard_normal((len(lengths), Hkv, P, D)).astype(np.float16)
+    mask = np.zeros((len(lengths), 1, P, P), np.float16)                          # [keys, queries, 1, S]
+    for i, n in enumerate(lengths):
+        mask[i, 0, :, n:] = -np.inf
+    scale = 1 / math.sqrt(D)
+
+    def build(ctx, ws, q, k, v, m=None):
+        out = lib.ggml_flash_attn_ext(ctx, q, k, v, m if m is not None else ffi.NULL, scale, 0.0, 0.0)
+        lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)
+        return out                                                                            # [D, H, Lq, S]
+
+    padded = run(build, {"q": q, "k": k, "v": v, "m": mask})                                   # (S, P, H, D)
+    for i, n in enumerate(lengths):
+        alone = run(build, {"q": q[i:i + 1, :, :n], "k": k[i:i + 1, :, :n], "v": v[i:i + 1, :, :n]})
+        assert np.array_equal(alone.reshape(n, H, D), padded[i, :n]), f"sequence {i} ({n} of {P} keys)"
+        qi, ki, vi = (x.transpose(1, 0, 2).astype(np.float64) for x in (q[i, :, :n], k[i, :, :n], v[i, :, :n]))
+        want = attention_ref(qi, ki, vi, np.zeros((n, n)), scale)
+        assert rel_err(alone.reshape(n, H * D), want) < 3e-3, f"sequence {i} ({n} keys)"
 
 
 @pytest.mark.parametrize("lengths", [(147, 125), (40, 530, 9)])
