@@ -401,8 +401,8 @@ def test_flash_attention_alone_equals_padded_bit_for_bit(run, runtime, rng):
     """A sequence's attention computed alone (one call of its own length, no mask: a lone request) and inside a
     padded call of four (a batched engine's bucket) is the same to the bit: the batched engine's tokens equal one by
     one's only so. The model's heads and head size, lengths that end inside a 64-key chunk and on one; on CUDA ggml
-    patch 0007's kernel takes both calls with other query tiles a block (on the H200 two alone, four here) and must sum each
-    row's keys in the same order whatever the call's padding and tiling."""
+    patch 0007's kernel takes both calls with other query tiles a block (on the H200 two alone, four here) and must
+    sum each row's keys in the same order whatever the call's padding and tiling."""
     if not runtime.supports_flash_attn(128):
         pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")
     P, H, Hkv, D = 600, 16, 8, 128

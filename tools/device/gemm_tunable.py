@@ -55,8 +55,8 @@ def main() -> None:
         for name, n, m, k, x, w in cases:
             if tuned:
                 F.linear(x, w)  # the first call of a shape tunes it
-            us = time_us(lambda: F.linear(x, w))
-            results.setdefault((name, n), {"name": name, "n": n, "m": m, "k": k})["tuned_us" if tuned else "default_us"] = us
+            row = results.setdefault((name, n), {"name": name, "n": n, "m": m, "k": k})
+            row["tuned_us" if tuned else "default_us"] = time_us(lambda: F.linear(x, w))
     rows = list(results.values())
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, TunableOp "
           f"{os.environ.get('PYTORCH_TUNABLEOP_ENABLED', 'by API')}")
@@ -64,12 +64,14 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         flop = 2.0 * r["m"] * r["k"] * r["n"]
-        print(f"| {r['name']} | {r['n']} | {r['m']} x {r['k']} | {r['default_us']:.1f} | {flop / r['default_us'] / 1e6:.0f} | "
-              f"{r['tuned_us']:.1f} | {flop / r['tuned_us'] / 1e6:.0f} | {r['tuned_us'] / r['default_us']:.2f} |")
+        d, t = r["default_us"], r["tuned_us"]
+        print(f"| {r['name']} | {r['n']} | {r['m']} x {r['k']} | {d:.1f} | {flop / d / 1e6:.0f} | {t:.1f} | "
+              f"{flop / t / 1e6:.0f} | {t / d:.2f} |")
     for n in sorted({r["n"] for r in rows if r["name"] != "heads"}):
         layer = [r for r in rows if r["n"] == n and r["name"] != "heads"]
         d, t = sum(r["default_us"] for r in layer), sum(r["tuned_us"] for r in layer)
-        print(f"N={n}: a layer's four products {d:.1f} -> {t:.1f} us; 28 layers {28 * d / 1e3:.3f} -> {28 * t / 1e3:.3f} ms")
+        print(f"N={n}: a layer's four products {d:.1f} -> {t:.1f} us; "
+              f"28 layers {28 * d / 1e3:.3f} -> {28 * t / 1e3:.3f} ms")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
