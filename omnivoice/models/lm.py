@@ -18,7 +18,7 @@ packing cond and uncond that way would double the attention work of a 20 s chunk
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import nn
@@ -67,9 +67,9 @@ class Variant:
     fma_attention: where the CPU would run flash attention with F32 K/V, each segment's attention as one node of
         the package's FMA kernel (nn.fma.attention: blocks of queries on its tiles, float32) instead (the CPU's
         default where the kernel runs).
-    attn_cast: (one request's segments) the attention output cast to the output product's weight type in the
-        graph, which ggml patch 0013's short-sequence kernel writes directly (no conversion kernel before the
-        product). The padded buckets of a batch keep the product's own conversion.
+    attn_cast: the attention output cast to the output product's weight type in the graph: for one request's
+        segments ggml patch 0013's short-sequence kernel writes it directly, and the padded buckets of a batch
+        are scattered back into packed order by set_rows in that type (no conversion kernel before the product).
     cast_scratch: (with typed_inputs or fused_casts) every cast of a product's input written into one tensor of
         the graph (CastScratch) rather than a new one. CUDA fuses a cast into the kernel before it only where the
         cast's output shares no memory with that kernel's inputs, and the allocator often gave it the memory of
@@ -244,42 +244,64 @@ class PaddedSegments:
 
     buckets: tuple
     gather: object  # int32 [L]: row of each packed position in the buckets' outputs, joined in order
-    # K and V written straight into the padded layout (all buckets' rows joined, R = sum of length * count) in
-    # flash attention's K/V type: set_rows over `rows` (I64 [L], `gather`'s rows) into `k_rows` and `v_rows`
-    # [D * Hkv, R], constants zeroed once so that padding rows stay finite (a masked key's weight is 0, and
-    # 0 * NaN would not be). One pair serves every layer: the backends run a graph's nodes in order, so a layer's
-    # set_rows comes after the previous layer's attention has read the buffers. None: gathered like Q, then cast.
+    # Q, K and V written straight into the padded layout (all buckets' rows joined, R = sum of length * count),
+    # K and V in flash attention's K/V type: set_rows over `rows` (I64 [L], `gather`'s rows) into `q_rows`
+    # [D * H, R] and `k_rows`, `v_rows` [D * Hkv, R], constants zeroed once so that padding rows stay finite (a
+    # masked key's weight is 0, and 0 * NaN would not be). One set serves every layer: the backends run a graph's
+    # nodes in order, so a layer's set_rows comes after the previous layer's attention has read the buffers.
+    # None: gathered per bucket (and K/V cast).
     rows: object = None
     k_rows: object = None
     v_rows: object = None
+    q_rows: object = None
+    # I64 [R]: the packed position of each padded row's output, L for a padding row (a row past the L that the
+    # result's view leaves out): the outputs scattered by set_rows, in the output product's input type. None:
+    # gathered back by `gather`.
+    scatter: object = None
+    # the scattered outputs [D * H, L + 1] by type: one tensor that every layer's set_rows overwrites (made by the
+    # first; a new one a layer would be a leaf of the graph, and ggml's allocator holds every leaf from the start)
+    results: dict = field(default_factory=dict)
 
 
-def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_kv: int | None):
+def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_kv: int | None,
+                     out_type: int = types.F32):
     """segmented_attention's result with one flash-attention call per bucket of similar-length segments instead
-    of one per segment: q [D, H, L], k/v [D, Hkv, L] -> [D*H, L].
+    of one per segment: q [D, H, L], k/v [D, Hkv, L] -> [D*H, L] in `out_type` (with `padded.scatter`; F32
+    otherwise).
 
-    The rows of each bucket's segments are gathered into [D, P, H, S] (padding rows repeat a real position),
-    attended with a mask that hides every segment's padding keys, and gathered back. On a GPU a batch of 64
-    requests then runs a few attention kernels per layer rather than 128 small ones in a row; the arithmetic
-    of a real row is the same up to summation order (the CPU keeps segmented_attention: bit-exact per
-    request). With `padded.k_rows`, K and V are scattered into the padded layout already in the K/V type: one
-    set_rows each per layer instead of a gather and a cast per bucket (on the H200 at 64 packed requests the
-    casts alone took 10 of a step's 113 ms; ggml's F32 -> F16 copy is a scalar kernel)."""
+    The rows of each bucket's segments are laid out as [D, P, H, S] (padding rows zero, or repeating a real
+    position where gathered), attended with a mask that hides every segment's padding keys, and put back in
+    packed order. On a GPU a batch of 64 requests then runs a few attention kernels per layer rather than 128
+    small ones in a row; the arithmetic of a real row is the same up to summation order (the CPU keeps
+    segmented_attention: bit-exact per request). With `padded.q_rows`, `k_rows` and `v_rows`, Q, K and V are
+    scattered into the padded layout (K and V in the K/V type) by one set_rows each, which CUDA fuses into the
+    RMSNorm + RoPE kernel before it for Q and K, instead of a gather (and a cast) per bucket: on the H200 at 64
+    packed requests the K/V casts alone took 10 of a step's 113 ms (ggml's F32 -> F16 copy is a scalar kernel).
+    With `padded.scatter`, the outputs go back by one set_rows per bucket that also casts them to the output
+    product's input type, instead of a gather of the joined F32 outputs and the product's own conversion."""
     D, H, Hkv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
     # one row per position, [D*heads, L] (a view: get_rows and set_rows read rows at any stride)
     q2, k2, v2 = (lib.ggml_view_2d(ctx, x, x.ne[0] * x.ne[1], x.ne[2], x.nb[2], 0) for x in (q, k, v))
-    scattered = padded.k_rows is not None and k.type == types.F32
-    if scattered:
+    scattered_kv = padded.k_rows is not None and k.type == types.F32
+    scattered_q = padded.q_rows is not None and q.type == types.F32
+    if scattered_q:
+        q2 = lib.ggml_set_rows(ctx, padded.q_rows, q2, padded.rows)                          # [D*H, R]
+    if scattered_kv:
         k2 = lib.ggml_set_rows(ctx, padded.k_rows, k2, padded.rows)                          # [D*Hkv, R]
         v2 = lib.ggml_set_rows(ctx, padded.v_rows, v2, padded.rows)
     scale = 1.0 / math.sqrt(cfg.head_dim)
+    L = q.ne[2]
+    if padded.scatter is not None:
+        if out_type not in padded.results:
+            padded.results[out_type] = lib.ggml_new_tensor_2d(ctx, out_type, D * H, L + 1)
+        result = padded.results[out_type]                                                       # [D*H, L + 1]
     outs = []
     first = 0  # the bucket's first row in the joined padded layout
     for b in padded.buckets:
         P, S = b.length, b.count
 
-        def rows(x, heads, kv: bool):
-            if scattered and kv:
+        def rows(x, heads, scattered: bool, kv: bool):
+            if scattered:
                 r = lib.ggml_view_2d(ctx, x, x.ne[0], P * S, x.nb[1], first * x.nb[1])           # [D*heads, P*S]
             else:
                 r = lib.ggml_get_rows(ctx, x, b.index)                                          # [D*heads, P*S]
@@ -287,11 +309,18 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_
                     r = lib.ggml_cast(ctx, r, flash_kv)  # while contiguous (see nn.attention)
             return lib.ggml_permute(ctx, lib.ggml_reshape_4d(ctx, r, D, heads, P, S), 0, 2, 1, 3)  # [D, P, heads, S]
 
-        out = lib.ggml_flash_attn_ext(ctx, rows(q2, H, False), rows(k2, Hkv, True), rows(v2, Hkv, True), b.mask,
-                                      scale, 0.0, 0.0)
-        first += P * S
+        out = lib.ggml_flash_attn_ext(ctx, rows(q2, H, scattered_q, False), rows(k2, Hkv, scattered_kv, True),
+                                      rows(v2, Hkv, scattered_kv, True), b.mask, scale, 0.0, 0.0)
         lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)                               # [D, H, P, S]
-        outs.append(lib.ggml_reshape_2d(ctx, out, D * H, P * S))
+        out = lib.ggml_reshape_2d(ctx, out, D * H, P * S)
+        if padded.scatter is not None:
+            where = lib.ggml_view_1d(ctx, padded.scatter, P * S, first * padded.scatter.nb[0])
+            result = lib.ggml_set_rows(ctx, result, out, where)                                 # [D*H, L + 1]
+        else:
+            outs.append(out)
+        first += P * S
+    if padded.scatter is not None:
+        return lib.ggml_view_2d(ctx, result, D * H, L, result.nb[1], 0)                        # [D*H, L]
     return lib.ggml_get_rows(ctx, concat(ctx, outs, 1), padded.gather)                         # [D*H, L]
 
 
@@ -326,7 +355,9 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
         cur = nn.attention(ctx, q, k, v, inputs.attn_mask, 1.0 / math.sqrt(cfg.head_dim),
                            flash=flash_kv is not None, kv_type=flash_kv, contiguous_qk=contiguous_qk)
     elif padded:
-        cur = padded_attention(ctx, cfg, q, k, v, segments, flash_kv)
+        # under attn_cast the outputs go back already in the output product's input type (their set_rows casts)
+        out_type = layer.o.type if variant.attn_cast and layer.o.type in (types.F16, types.BF16) else types.F32
+        cur = padded_attention(ctx, cfg, q, k, v, segments, flash_kv, out_type)
     else:
         cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk, cpu, variant.fma_attention)
     named(cur, "kqv_out", il)                                                                # [D * H, L]

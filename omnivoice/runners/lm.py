@@ -430,11 +430,12 @@ class ChunkSession:
         if padded:
             self._buckets = padded_buckets(segments)
             consts.update(padded_constants(self._buckets, segments))
-            # K and V scattered into the padded layout (models.lm.PaddedSegments): zeroed once, rewritten by every
-            # layer's set_rows at the real rows only.
+            # Q, K and V scattered into the padded layout (models.lm.PaddedSegments): zeroed once, rewritten by
+            # every layer's set_rows at the real rows only.
             R, width = sum(P * len(m) for P, m in self._buckets), cfg.head_dim * cfg.n_head_kv
             kv_dtype = np.float16 if model.flash_kv == types.F16 else np.float32
             consts["pad_rows"] = consts["pad_gather"].astype(np.int64)
+            consts["pad_q"] = np.zeros((R, cfg.head_dim * cfg.n_head), np.float32)
             consts["pad_k"] = np.zeros((R, width), kv_dtype)
             consts["pad_v"] = np.zeros((R, width), kv_dtype)
         # The greedy prompts' target columns, cond then uncond, go through the audio heads and the guided pick
@@ -515,7 +516,8 @@ class ChunkSession:
         c = self.constants
         buckets = tuple(lm_graph.PaddedBucket(c[f"pad_index_{b}"], c[f"pad_mask_{b}"], P, len(members))
                         for b, (P, members) in enumerate(self._buckets))
-        return lm_graph.PaddedSegments(buckets, c["pad_gather"], c["pad_rows"], c["pad_k"], c["pad_v"])
+        return lm_graph.PaddedSegments(buckets, c["pad_gather"], c["pad_rows"], c["pad_k"], c["pad_v"], c["pad_q"],
+                                       c["pad_scatter"])
 
     def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:
         ids = self._ids.copy()
@@ -631,7 +633,8 @@ def padded_buckets(lengths: list[int]) -> list[tuple[int, list[int]]]:
 def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int]) -> dict[str, np.ndarray]:
     """Gather indices and masks of padded attention (models.lm.PaddedSegments) for segments packed in order."""
     starts = np.cumsum([0] + lengths[:-1])
-    gather = np.zeros(sum(lengths), np.int32)
+    L = sum(lengths)
+    gather = np.zeros(L, np.int32)
     out: dict[str, np.ndarray] = {}
     row = 0
     for b, (P, members) in enumerate(buckets):
@@ -647,4 +650,8 @@ def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int]) -
         out[f"pad_mask_{b}"] = mask
         row += P * len(members)
     out["pad_gather"] = gather
+    # the inverse of gather: each padded row's packed position, L (a row left out of the result) for padding
+    scatter = np.full(row, L, np.int64)
+    scatter[gather] = np.arange(L)
+    out["pad_scatter"] = scatter
     return out

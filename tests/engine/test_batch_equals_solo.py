@@ -215,6 +215,41 @@ def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf, kv):
         assert_close_step(a, b, f"prompt {i}", gpu=ov.lm.runtime.is_gpu)
 
 
+def test_padded_outputs_scattered_in_the_products_type_equal_the_gather(ov, tiny_gguf):
+    """Under attn_cast the padded buckets' outputs go back into packed order by set_rows in the output product's
+    type (BF16 here: one pass instead of a gather of the joined F32 outputs and then the product's conversion):
+    the logits equal the gather's to the bit, since both round each value to BF16 once, to nearest even."""
+    from omnivoice.ggml import types
+    from omnivoice.models.lm import Variant
+    from omnivoice.pipeline import Chunk
+    from omnivoice.runners.lm import LanguageModel
+
+    settings = ov.settings()
+    shapes = [("Hello world.", 37), ("Another, longer text for this one!", 61), ("x", 3), ("z" * 40, 125)]
+    prompts = [ov.pipeline._prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
+    tokens = [np.full((8, p.n_target), 1024, np.int32) for p in prompts]
+    # ggml's own products (a package kernel would take the F32 outputs where the BF16 ones fall back to ggml)
+    models = [LanguageModel(ov.lm.runtime, tiny_gguf["bf16"], padded_attention=True, cpu_products="ggml",
+                            variant=Variant(attn_cast=cast)) for cast in (False, True)]
+    if not models[0].flash_attn:
+        for lm in models:
+            lm.close()
+        pytest.skip(f"the padded layout needs flash attention, which {ov.lm.runtime.device.spec} lacks for this "
+                    "model (head size 16)")
+    assert models[0].weights.layers[0].o.type == types.BF16
+    results = []
+    try:
+        for lm in models:
+            with lm.session(prompts, 2.0, True, with_logits=True) as s:
+                results.append(s.step(tokens))
+    finally:
+        for lm in models:
+            lm.close()
+    for i, (a, b) in enumerate(zip(*results)):
+        for name in a:
+            np.testing.assert_array_equal(b[name], a[name], err_msg=f"prompt {i}: {name}")
+
+
 def test_a_batch_that_does_not_fit_is_halved(ov, monkeypatch):
     """A packed graph that cannot be allocated puts half of its requests back (their state kept) and lowers
     the position budget; a request that does not fit alone fails with MemoryError, the others finish."""

@@ -7,6 +7,10 @@ clone), 1040 and 1090 (20 s). Against the step profile's cuBLAS kernels (`tools/
 says whether choosing algorithms per shape could shorten the step. Needs torch with CUDA (the device image's).
 
     python3 tools/device/gemm_tunable.py --json OUT.json
+
+Superseded by tools/device/gemm_lt_bench.cu: this loop of torch calls took 16-18 us a product where the same
+kernels take 6-9 us in ggml's CUDA graph, so what it timed was torch's launch path more than cuBLAS (BENCHMARKS.md,
+"cuBLAS's products at one request's sizes, timed in CUDA graphs").
 """
 
 from __future__ import annotations
