@@ -232,7 +232,6 @@ def segmented_attention(ctx, cfg: LMConfig, q, k, v, segments, flash_kv: int | N
 class PaddedBucket:
     """Segments of similar length attended as one padded batch: `count` segments padded to `length` rows."""
 
-    index: object   # int32 [length * count]: packed position of row p of segment s at s * length + p
     mask: object    # F16 [length, length, 1, count]: 0 where a key may be attended, -inf at a segment's padding
     length: int
     count: int
@@ -240,88 +239,62 @@ class PaddedBucket:
 
 @dataclass(frozen=True)
 class PaddedSegments:
-    """The packed segments as padded buckets (padded_attention), and where each packed position's output is."""
+    """The packed segments as padded buckets (padded_attention), and where each packed position's rows go.
+
+    Q, K and V are written straight into the padded layout (all buckets' rows joined, R = sum of length * count),
+    K and V in flash attention's K/V type, by set_rows over `rows` into `q_rows` [D * H, R] and `k_rows`, `v_rows`
+    [D * Hkv, R]: constants zeroed once so that padding rows stay finite (a masked key's weight is 0, and 0 * NaN
+    would not be). One set serves every layer: the backends run a graph's nodes in order, so a layer's set_rows
+    comes after the previous layer's attention has read the buffers. The outputs go back by set_rows over
+    `scatter` into one tensor of `results` (by type) that every layer overwrites: made by the first layer, since a
+    new one a layer would be a leaf of the graph, and ggml's allocator holds every leaf from the start."""
 
     buckets: tuple
-    gather: object  # int32 [L]: row of each packed position in the buckets' outputs, joined in order
-    # Q, K and V written straight into the padded layout (all buckets' rows joined, R = sum of length * count),
-    # K and V in flash attention's K/V type: set_rows over `rows` (I64 [L], `gather`'s rows) into `q_rows`
-    # [D * H, R] and `k_rows`, `v_rows` [D * Hkv, R], constants zeroed once so that padding rows stay finite (a
-    # masked key's weight is 0, and 0 * NaN would not be). One set serves every layer: the backends run a graph's
-    # nodes in order, so a layer's set_rows comes after the previous layer's attention has read the buffers.
-    # None: gathered per bucket (and K/V cast).
-    rows: object = None
-    k_rows: object = None
-    v_rows: object = None
-    q_rows: object = None
-    # I64 [R]: the packed position of each padded row's output, L for a padding row (a row past the L that the
-    # result's view leaves out): the outputs scattered by set_rows, in the output product's input type. None:
-    # gathered back by `gather`.
-    scatter: object = None
-    # the scattered outputs [D * H, L + 1] by type: one tensor that every layer's set_rows overwrites (made by the
-    # first; a new one a layer would be a leaf of the graph, and ggml's allocator holds every leaf from the start)
+    rows: object     # I64 [L]: the padded row of each packed position
+    q_rows: object
+    k_rows: object
+    v_rows: object
+    scatter: object  # I64 [R]: the packed position of each padded row, L for padding (a row the result leaves out)
     results: dict = field(default_factory=dict)
 
 
-def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, flash_kv: int | None,
-                     out_type: int = types.F32):
+def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, out_type: int = types.F32):
     """segmented_attention's result with one flash-attention call per bucket of similar-length segments instead
-    of one per segment: q [D, H, L], k/v [D, Hkv, L] -> [D*H, L] in `out_type` (with `padded.scatter`; F32
-    otherwise).
+    of one per segment: q [D, H, L], k/v [D, Hkv, L] F32 -> [D*H, L] in `out_type`.
 
-    The rows of each bucket's segments are laid out as [D, P, H, S] (padding rows zero, or repeating a real
-    position where gathered), attended with a mask that hides every segment's padding keys, and put back in
-    packed order. On a GPU a batch of 64 requests then runs a few attention kernels per layer rather than 128
-    small ones in a row; the arithmetic of a real row is the same up to summation order (the CPU keeps
-    segmented_attention: bit-exact per request). With `padded.q_rows`, `k_rows` and `v_rows`, Q, K and V are
-    scattered into the padded layout (K and V in the K/V type) by one set_rows each, which CUDA fuses into the
-    RMSNorm + RoPE kernel before it for Q and K, instead of a gather (and a cast) per bucket: on the H200 at 64
-    packed requests the K/V casts alone took 10 of a step's 113 ms (ggml's F32 -> F16 copy is a scalar kernel).
-    With `padded.scatter`, the outputs go back by one set_rows per bucket that also casts them to the output
-    product's input type, instead of a gather of the joined F32 outputs and the product's own conversion."""
+    The rows of each bucket's segments are laid out as [D, P, H, S] (padding rows zero), attended with a mask that
+    hides every segment's padding keys, and put back in packed order. On a GPU a batch of 64 requests then runs a
+    few attention kernels per layer rather than 128 small ones in a row; the arithmetic of a real row is the same
+    up to summation order (the CPU keeps segmented_attention: bit-exact per request). Q, K and V go into the
+    padded layout by one set_rows each (K and V in the K/V type), which CUDA fuses into the RMSNorm + RoPE kernel
+    before it for Q and K, rather than a gather (and a cast) per bucket: on the H200 at 64 packed requests the K/V
+    casts alone took 10 of a step's 113 ms (ggml's F32 -> F16 copy is a scalar kernel), the Q and output gathers
+    and the output's conversion 6.3 of 59 ms. The outputs go back by one set_rows per bucket that also casts them
+    to the output product's input type (ggml patch 0018 has CUDA's attention kernel write those rows itself)."""
     D, H, Hkv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
-    # one row per position, [D*heads, L] (a view: get_rows and set_rows read rows at any stride)
-    q2, k2, v2 = (lib.ggml_view_2d(ctx, x, x.ne[0] * x.ne[1], x.ne[2], x.nb[2], 0) for x in (q, k, v))
-    scattered_kv = padded.k_rows is not None and k.type == types.F32
-    scattered_q = padded.q_rows is not None and q.type == types.F32
-    if scattered_q:
-        q2 = lib.ggml_set_rows(ctx, padded.q_rows, q2, padded.rows)                          # [D*H, R]
-    if scattered_kv:
-        k2 = lib.ggml_set_rows(ctx, padded.k_rows, k2, padded.rows)                          # [D*Hkv, R]
-        v2 = lib.ggml_set_rows(ctx, padded.v_rows, v2, padded.rows)
+    # one row per position, [D*heads, L] (a view: set_rows reads rows at any stride), scattered into [D*heads, R]
+    q2, k2, v2 = (lib.ggml_set_rows(ctx, dst, lib.ggml_view_2d(ctx, x, x.ne[0] * x.ne[1], x.ne[2], x.nb[2], 0),
+                                    padded.rows)
+                  for x, dst in ((q, padded.q_rows), (k, padded.k_rows), (v, padded.v_rows)))
     scale = 1.0 / math.sqrt(cfg.head_dim)
     L = q.ne[2]
-    if padded.scatter is not None:
-        if out_type not in padded.results:
-            padded.results[out_type] = lib.ggml_new_tensor_2d(ctx, out_type, D * H, L + 1)
-        result = padded.results[out_type]                                                       # [D*H, L + 1]
-    outs = []
+    if out_type not in padded.results:
+        padded.results[out_type] = lib.ggml_new_tensor_2d(ctx, out_type, D * H, L + 1)
+    result = padded.results[out_type]                                                           # [D*H, L + 1]
     first = 0  # the bucket's first row in the joined padded layout
     for b in padded.buckets:
         P, S = b.length, b.count
 
-        def rows(x, heads, scattered: bool, kv: bool):
-            if scattered:
-                r = lib.ggml_view_2d(ctx, x, x.ne[0], P * S, x.nb[1], first * x.nb[1])           # [D*heads, P*S]
-            else:
-                r = lib.ggml_get_rows(ctx, x, b.index)                                          # [D*heads, P*S]
-                if flash_kv is not None and kv and flash_kv != r.type:
-                    r = lib.ggml_cast(ctx, r, flash_kv)  # while contiguous (see nn.attention)
+        def rows(x, heads):
+            r = lib.ggml_view_2d(ctx, x, x.ne[0], P * S, x.nb[1], first * x.nb[1])               # [D*heads, P*S]
             return lib.ggml_permute(ctx, lib.ggml_reshape_4d(ctx, r, D, heads, P, S), 0, 2, 1, 3)  # [D, P, heads, S]
 
-        out = lib.ggml_flash_attn_ext(ctx, rows(q2, H, scattered_q, False), rows(k2, Hkv, scattered_kv, True),
-                                      rows(v2, Hkv, scattered_kv, True), b.mask, scale, 0.0, 0.0)
+        out = lib.ggml_flash_attn_ext(ctx, rows(q2, H), rows(k2, Hkv), rows(v2, Hkv), b.mask, scale, 0.0, 0.0)
         lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)                               # [D, H, P, S]
-        out = lib.ggml_reshape_2d(ctx, out, D * H, P * S)
-        if padded.scatter is not None:
-            where = lib.ggml_view_1d(ctx, padded.scatter, P * S, first * padded.scatter.nb[0])
-            result = lib.ggml_set_rows(ctx, result, out, where)                                 # [D*H, L + 1]
-        else:
-            outs.append(out)
+        where = lib.ggml_view_1d(ctx, padded.scatter, P * S, first * padded.scatter.nb[0])
+        result = lib.ggml_set_rows(ctx, result, lib.ggml_reshape_2d(ctx, out, D * H, P * S), where)  # [D*H, L + 1]
         first += P * S
-    if padded.scatter is not None:
-        return lib.ggml_view_2d(ctx, result, D * H, L, result.nb[1], 0)                        # [D*H, L]
-    return lib.ggml_get_rows(ctx, concat(ctx, outs, 1), padded.gather)                         # [D*H, L]
+    return lib.ggml_view_2d(ctx, result, D * H, L, result.nb[1], 0)                            # [D*H, L]
 
 
 def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments, flash_kv: int | None,
@@ -349,7 +322,7 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
         q = named(nn.rope_neox(ctx, q, pos, cfg.rope_theta), "Qcur", il)
         k = named(nn.rope_neox(ctx, k, pos, cfg.rope_theta), "Kcur", il)
     named(v, "Vcur", il)
-    if variant.kv_rows and flash_kv is not None and not (padded and segments.k_rows is not None):
+    if variant.kv_rows and flash_kv is not None and not padded:
         k, v = rows_as(ctx, k, flash_kv, inputs.kv_rows), rows_as(ctx, v, flash_kv, inputs.kv_rows)
     if variant.one_attention:
         cur = nn.attention(ctx, q, k, v, inputs.attn_mask, 1.0 / math.sqrt(cfg.head_dim),
@@ -357,7 +330,7 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
     elif padded:
         # under attn_cast the outputs go back already in the output product's input type (their set_rows casts)
         out_type = layer.o.type if variant.attn_cast and layer.o.type in (types.F16, types.BF16) else types.F32
-        cur = padded_attention(ctx, cfg, q, k, v, segments, flash_kv, out_type)
+        cur = padded_attention(ctx, cfg, q, k, v, segments, out_type)
     else:
         cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk, cpu, variant.fma_attention)
     named(cur, "kqv_out", il)                                                                # [D * H, L]

@@ -434,7 +434,6 @@ class ChunkSession:
             # every layer's set_rows at the real rows only.
             R, width = sum(P * len(m) for P, m in self._buckets), cfg.head_dim * cfg.n_head_kv
             kv_dtype = np.float16 if model.flash_kv == types.F16 else np.float32
-            consts["pad_rows"] = consts["pad_gather"].astype(np.int64)
             consts["pad_q"] = np.zeros((R, cfg.head_dim * cfg.n_head), np.float32)
             consts["pad_k"] = np.zeros((R, width), kv_dtype)
             consts["pad_v"] = np.zeros((R, width), kv_dtype)
@@ -514,10 +513,9 @@ class ChunkSession:
 
     def _padded_segments(self) -> "lm_graph.PaddedSegments":
         c = self.constants
-        buckets = tuple(lm_graph.PaddedBucket(c[f"pad_index_{b}"], c[f"pad_mask_{b}"], P, len(members))
+        buckets = tuple(lm_graph.PaddedBucket(c[f"pad_mask_{b}"], P, len(members))
                         for b, (P, members) in enumerate(self._buckets))
-        return lm_graph.PaddedSegments(buckets, c["pad_gather"], c["pad_rows"], c["pad_k"], c["pad_v"], c["pad_q"],
-                                       c["pad_scatter"])
+        return lm_graph.PaddedSegments(buckets, c["pad_rows"], c["pad_q"], c["pad_k"], c["pad_v"], c["pad_scatter"])
 
     def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:
         ids = self._ids.copy()
@@ -631,27 +629,23 @@ def padded_buckets(lengths: list[int]) -> list[tuple[int, list[int]]]:
 
 
 def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int]) -> dict[str, np.ndarray]:
-    """Gather indices and masks of padded attention (models.lm.PaddedSegments) for segments packed in order."""
+    """Row indices and masks of padded attention (models.lm.PaddedSegments) for segments packed in order."""
     starts = np.cumsum([0] + lengths[:-1])
     L = sum(lengths)
-    gather = np.zeros(L, np.int32)
+    rows = np.zeros(L, np.int64)   # the padded row of each packed position
     out: dict[str, np.ndarray] = {}
     row = 0
     for b, (P, members) in enumerate(buckets):
-        index = np.zeros((len(members), P), np.int32)
         mask = np.zeros((len(members), 1, P, P), np.float16)   # ggml [P keys, P queries, 1, S]
         for j, i in enumerate(members):
             n, s = lengths[i], int(starts[i])
-            index[j, :n] = np.arange(s, s + n)
-            index[j, n:] = s          # padding rows repeat a real position: finite, and never read back
             mask[j, 0, :, n:] = -np.inf
-            gather[s:s + n] = row + j * P + np.arange(n)
-        out[f"pad_index_{b}"] = index.reshape(-1)
+            rows[s:s + n] = row + j * P + np.arange(n)
         out[f"pad_mask_{b}"] = mask
         row += P * len(members)
-    out["pad_gather"] = gather
-    # the inverse of gather: each padded row's packed position, L (a row left out of the result) for padding
+    out["pad_rows"] = rows
+    # the inverse: each padded row's packed position, L (a row left out of the result) for padding
     scatter = np.full(row, L, np.int64)
-    scatter[gather] = np.arange(L)
+    scatter[rows] = np.arange(L)
     out["pad_scatter"] = scatter
     return out
