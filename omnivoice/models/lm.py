@@ -256,6 +256,9 @@ class PaddedSegments:
     v_rows: object
     scatter: object  # I64 [R]: the packed position of each padded row, L for padding (a row the result leaves out)
     results: dict = field(default_factory=dict)
+    # ggml patch 0019: tell CUDA's short-sequence attention (op_params[5] = 1) that a bucket mask's rows are the same
+    # for every query of a segment, so that it reads one row a segment; every other kernel reads the whole mask
+    same_rows: bool = False
 
 
 def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, out_type: int = types.F32):
@@ -291,6 +294,8 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, out_ty
 
         out = lib.ggml_flash_attn_ext(ctx, rows(q2, H), rows(k2, Hkv), rows(v2, Hkv), b.mask, scale, 0.0, 0.0)
         lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)                               # [D, H, P, S]
+        if padded.same_rows:
+            out.op_params[5] = 1
         where = lib.ggml_view_1d(ctx, padded.scatter, P * S, first * padded.scatter.nb[0])
         result = lib.ggml_set_rows(ctx, result, lib.ggml_reshape_2d(ctx, out, D * H, P * S), where)  # [D*H, L + 1]
         first += P * S

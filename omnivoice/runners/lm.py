@@ -515,7 +515,8 @@ class ChunkSession:
         c = self.constants
         buckets = tuple(lm_graph.PaddedBucket(c[f"pad_mask_{b}"], P, len(members))
                         for b, (P, members) in enumerate(self._buckets))
-        return lm_graph.PaddedSegments(buckets, c["pad_rows"], c["pad_q"], c["pad_k"], c["pad_v"], c["pad_scatter"])
+        return lm_graph.PaddedSegments(buckets, c["pad_rows"], c["pad_q"], c["pad_k"], c["pad_v"], c["pad_scatter"],
+                                       same_rows=built_with_patch("0019-"))
 
     def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:
         ids = self._ids.copy()
@@ -612,7 +613,11 @@ class ChunkSession:
 
 # A bucket of padded attention takes segments up to PAD_RATIO times (plus PAD_SLACK positions) as long as its
 # shortest: padding costs at most that share of a bucket's attention work, small beside the matrix products.
-PAD_RATIO, PAD_SLACK = 1.25, 16
+# Nor does a bucket span more than one count of KEY_CHUNK-key chunks (CUDA's short-sequence kernel stages keys 64
+# at a time and skips a segment's chunks past its keys, but computes every query row of the bucket's length): a
+# five-second request's uncond segment (125 positions, 2 chunks) padded to its cond's 147 (3 chunks) cost 2 query
+# tiles of 10 for nothing. One bucket more is one attention kernel more a layer.
+PAD_RATIO, PAD_SLACK, KEY_CHUNK = 1.25, 16, 64
 
 
 def padded_buckets(lengths: list[int]) -> list[tuple[int, list[int]]]:
@@ -620,7 +625,8 @@ def padded_buckets(lengths: list[int]) -> list[tuple[int, list[int]]]:
     buckets: list[tuple[int, list[int]]] = []
     first = None
     for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
-        if first is None or lengths[i] > PAD_RATIO * first + PAD_SLACK:
+        if (first is None or lengths[i] > PAD_RATIO * first + PAD_SLACK
+                or -(-lengths[i] // KEY_CHUNK) != -(-first // KEY_CHUNK)):
             buckets.append((0, []))
             first = lengths[i]
         P, members = buckets[-1]

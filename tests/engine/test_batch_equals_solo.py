@@ -186,6 +186,8 @@ def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf, kv):
     from omnivoice.runners.lm import LanguageModel, padded_buckets
 
     assert padded_buckets([5, 40, 6, 41, 100, 7, 23]) == [(7, [0, 2, 5]), (41, [6, 1, 3]), (100, [4])]
+    # a five-second request's cond and uncond: within 1.25x, but 3 and 2 chunks of 64 keys
+    assert padded_buckets([147, 125, 147, 125]) == [(125, [1, 3]), (147, [0, 2])]
     settings = ov.settings()
     shapes = [("Hello world.", 37), ("Another, longer text for this one!", 61), ("x", 3), ("Hi", 40),
               ("z" * 40, 125)]

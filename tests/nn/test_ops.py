@@ -397,12 +397,15 @@ def test_flash_attention_padded_sequences(run, runtime, rng, P):
         assert rel_err(y[i].reshape(P, H * D), want) < 3e-3, f"sequence {i} ({n} of {P} keys)"
 
 
-def test_flash_attention_alone_equals_padded_bit_for_bit(run, runtime, rng):
+@pytest.mark.parametrize("same_rows", [False, True])
+def test_flash_attention_alone_equals_padded_bit_for_bit(run, runtime, rng, same_rows):
     """A sequence's attention computed alone (one call of its own length, no mask: a lone request) and inside a
     padded call of four (a batched engine's bucket) is the same to the bit: the batched engine's tokens equal one by
     one's only so. The model's heads and head size, lengths that end inside a 64-key chunk and on one; on CUDA ggml
     patch 0007's kernel takes both calls with other query tiles a block (on the H200 two alone, four here) and must
-    sum each row's keys in the same order whatever the call's padding and tiling."""
+    sum each row's keys in the same order whatever the call's padding and tiling. `same_rows`: the padded call
+    says that its mask's rows are equal (op_params[5], as models.lm.padded_attention does), which ggml patch 0019's
+    kernel takes to read one mask row a sequence, here each a length: the sequence then runs as it does alone."""
     if not runtime.supports_flash_attn(128):
         pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")
     P, H, Hkv, D = 600, 16, 8, 128
@@ -418,6 +421,8 @@ def test_flash_attention_alone_equals_padded_bit_for_bit(run, runtime, rng):
     def build(ctx, ws, q, k, v, m=None):
         out = lib.ggml_flash_attn_ext(ctx, q, k, v, m if m is not None else ffi.NULL, scale, 0.0, 0.0)
         lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)
+        if m is not None and same_rows:
+            out.op_params[5] = 1
         return out                                                                            # [D, H, Lq, S]
 
     padded = run(build, {"q": q, "k": k, "v": v, "m": mask})                                   # (S, P, H, D)
@@ -427,6 +432,45 @@ def test_flash_attention_alone_equals_padded_bit_for_bit(run, runtime, rng):
         qi, ki, vi = (x.transpose(1, 0, 2).astype(np.float64) for x in (q[i, :, :n], k[i, :, :n], v[i, :, :n]))
         want = attention_ref(qi, ki, vi, np.zeros((n, n)), scale)
         assert rel_err(alone.reshape(n, H * D), want) < 3e-3, f"sequence {i} ({n} keys)"
+
+
+def test_flash_attention_mask_rows_said_equal(run, runtime, rng):
+    """A padded call whose mask's rows are the same for every query of a sequence, said so (op_params[5] = 1, as
+    models.lm.padded_attention does), equals the same call unsaid, bit for bit, whatever the row holds: ggml patch
+    0019's kernel on CUDA takes a row of zeros then -inf as the sequence's length, any other row (finite values,
+    -inf between them, a row all -inf) as one row added to every query's scores. Elsewhere the hint is ignored."""
+    if not runtime.supports_flash_attn(128):
+        pytest.skip(f"{runtime.device.spec} has no flash attention with F16 K/V")
+    S, P, H, Hkv, D = 4, 200, 16, 8, 128
+    q = rng.standard_normal((S, H, P, D)).astype(np.float32)
+    k = rng.standard_normal((S, Hkv, P, D)).astype(np.float16)
+    v = rng.standard_normal((S, Hkv, P, D)).astype(np.float16)
+    rows = np.zeros((S, P), np.float16)
+    rows[0, 131:] = -np.inf                                                    # a length
+    rows[1] = rng.choice(np.array([0.0, -0.5, 1.25], np.float16), P)          # finite, no -inf
+    rows[2, 70:90] = -np.inf                                                   # -inf between zeros
+    rows[2, 150:] = -np.inf
+    rows[3] = -np.inf                                                          # nothing to attend
+    mask = np.repeat(rows[:, None, None, :], P, axis=2)                        # [keys, queries, 1, S]
+    scale = 1 / math.sqrt(D)
+
+    def build(said):
+        def graph(ctx, ws, q, k, v, m):
+            out = lib.ggml_flash_attn_ext(ctx, q, k, v, m, scale, 0.0, 0.0)
+            lib.ggml_flash_attn_ext_set_prec(out, lib.GGML_PREC_F32)
+            if said:
+                out.op_params[5] = 1
+            return out                                                         # [D, H, P, S]
+        return graph
+
+    inputs = {"q": q, "k": k, "v": v, "m": mask}
+    unsaid, said = run(build(False), inputs), run(build(True), inputs)
+    assert np.array_equal(unsaid[:3], said[:3])
+    assert np.array_equal(np.nan_to_num(unsaid[3]), np.nan_to_num(said[3]))  # (CPU: NaN for a row all -inf)
+    for i in range(3):
+        qi, ki, vi = (x.transpose(1, 0, 2).astype(np.float64) for x in (q[i], k[i], v[i]))
+        want = attention_ref(qi, ki, vi, np.broadcast_to(rows[i].astype(np.float64), (P, P)), scale)
+        assert rel_err(said[i].reshape(P, H * D), want) < 3e-3, f"sequence {i}"
 
 
 @pytest.mark.parametrize("lengths", [(147, 125), (40, 530, 9)])

@@ -10,6 +10,9 @@
 //          (two tiles over 32-key chunks, four an SM, took the 64-request buckets 278 -> 201 us, but 32-key
 //          chunks sum a row in another order than the lone request's 64: batched tokens would differ from one
 //          by one's, so not kept)
+//   rowmask the buckets' mask as one row a sequence, broadcast over its queries (the row staged a chunk ahead, a
+//          chunk whose row is all zero adds nothing): what the full [Lk, Lq] mask costs the kernel (patch 0019)
+//   lengths no mask at all, each sequence's Lk its real length, as a lone request's segment runs: the bound
 // Each variant's output is checked against base (max abs difference) and base against a double-precision CPU
 // reference on two heads. `--ncu` runs each configuration once (for Nsight Compute). Results: BENCHMARKS.md,
 // "The short-sequence attention kernel measured alone".
@@ -35,8 +38,9 @@
 #define FATTN_SHORT_D      128
 #define FATTN_SHORT_ROW    (FATTN_SHORT_D + 8)
 // dynamic shared memory: two stages of K and V chunks (and of the mask's tile where there is a mask)
-static size_t fattn_short_smem_bytes(const int nq, const int kc, const bool masked) {
-    return 2*(2*kc*FATTN_SHORT_ROW + (masked ? 16*nq*(kc + 8) : 0))*sizeof(half);
+// mk: the mask's form (0: a row a query, 1: one row a sequence for all its queries)
+static size_t fattn_short_smem_bytes(const int nq, const int kc, const bool masked, const int mk = 0) {
+    return 2*(2*kc*FATTN_SHORT_ROW + (masked ? (mk == 1 ? kc : 16*nq*(kc + 8)) : 0))*sizeof(half);
 }
 
 static __device__ __forceinline__ void fattn_short_mma(float c[4], const uint32_t a[4], const uint32_t b0, const uint32_t b1) {
@@ -87,7 +91,7 @@ static __device__ __forceinline__ float fattn_ex2(const float x) {  // 2^x, MUFU
     return y;
 }
 
-template <int NQ, int KC, bool KLD, bool EX2, bool SKIP>
+template <int NQ, int KC, bool KLD, bool EX2, bool SKIP, int MK>
 static __device__ __forceinline__ void flash_attn_short_body(
         const char * __restrict__ Q, const char * __restrict__ K, const char * __restrict__ V,
         const char * __restrict__ mask, char * __restrict__ dst,
@@ -109,6 +113,9 @@ static __device__ __forceinline__ void flash_attn_short_body(
     const int r0 = q0 + g, r1 = r0 + 8;
     const char * Kb = K + hk*nbk2 + seq*nbk3;
     const char * Vb = V + hk*nbv2 + seq*nbv3;
+    if constexpr (MK == 3) {
+        mask = nullptr;  // no mask code compiled at all (fewer registers)
+    }
     if (mask) {
         mask += (seq % nem3)*nbm3;
     }
@@ -126,9 +133,18 @@ static __device__ __forceinline__ void flash_attn_short_body(
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
-    uint32_t mnext[MPAIRS];
+    uint32_t mnext[MK == 1 ? 1 : MPAIRS];
     auto mask_load = [&](const int i) {
         const int k0 = i*KC;
+        if constexpr (MK == 1) {  // one row a sequence: KC/2 pairs, a pair a thread
+            if (threadIdx.x < KC/2) {
+                const int c = k0 + threadIdx.x*2;
+                const half * row = (const half *) mask;
+                const half2 v = __halves2half2(c < Lk ? row[c] : __float2half(0.0f), c + 1 < Lk ? row[c + 1] : __float2half(0.0f));
+                mnext[0] = *reinterpret_cast<const uint32_t *>(&v);
+            }
+            return;
+        }
 #pragma unroll
         for (int j = 0; j < MPAIRS; ++j) {
             const int e = j*blockDim.x + threadIdx.x, r = e / (KC/2), c = k0 + (e % (KC/2))*2;
@@ -142,6 +158,12 @@ static __device__ __forceinline__ void flash_attn_short_body(
     };
     auto mask_store = [&](const int i) {
         const int b = i % 2;
+        if constexpr (MK == 1) {
+            if (threadIdx.x < KC/2) {
+                *(uint32_t *) (Ms + b*KC + threadIdx.x*2) = mnext[0];
+            }
+            return;
+        }
 #pragma unroll
         for (int j = 0; j < MPAIRS; ++j) {
             const int e = j*blockDim.x + threadIdx.x;
@@ -197,8 +219,22 @@ static __device__ __forceinline__ void flash_attn_short_body(
         const int k0 = i*KC, b = i % 2;
         const half * Kc = Ks + b*KC*ROW;
         const half * Vc = Vs + b*KC*ROW;
-        const half * Mc = Ms + (b*16*NQ + qt*16)*MROW;
-        if (mask) {
+        const half * Mc = MK == 1 ? Ms + b*KC : Ms + (b*16*NQ + qt*16)*MROW;
+        bool zero = false;  // MK 1: the chunk's mask row all +-0, so adding it changes no score's value
+        if (MK == 1 && mask) {  // a pair of the row a lane (KC == 64)
+            const int c = lane*2;
+            const half2 m = *(const half2 *) (Mc + c);
+            const bool seen = q0 < Lq && ((k0 + c < Lk && !__hisinf(__low2half(m))) ||
+                                          (k0 + c + 1 < Lk && !__hisinf(__high2half(m))));
+            zero = __all_sync(0xFFFFFFFF, (*reinterpret_cast<const uint32_t *>(&m) & 0x7FFF7FFFu) == 0u);
+            if (!__any_sync(0xFFFFFFFF, seen)) {
+                if (i + 1 < n) {
+                    mask_store(i + 1);
+                }
+                __syncthreads();
+                continue;
+            }
+        } else if (mask) {
             bool seen = false;
 #pragma unroll
             for (int j = 0; j < 16*KC/2/WARP_SIZE; ++j) {
@@ -244,7 +280,12 @@ static __device__ __forceinline__ void flash_attn_short_body(
 #pragma unroll
         for (int nt = 0; nt < KC/8; ++nt) {
             const int key = k0 + nt*8 + t*2;
-            if (mask) {
+            if (MK == 1 && mask) {
+                if (!zero) {
+                    const float2 ma = __half22float2(*(const half2 *) (Mc + nt*8 + t*2));
+                    sc[nt][0] += ma.x; sc[nt][1] += ma.y; sc[nt][2] += ma.x; sc[nt][3] += ma.y;
+                }
+            } else if (mask) {
                 const float2 ma = __half22float2(*(const half2 *) (Mc + g*MROW + nt*8 + t*2));
                 const float2 mb = __half22float2(*(const half2 *) (Mc + (g + 8)*MROW + nt*8 + t*2));
                 sc[nt][0] += ma.x; sc[nt][1] += ma.y; sc[nt][2] += mb.x; sc[nt][3] += mb.y;
@@ -341,9 +382,12 @@ struct fattn_short_args {
     a.nbk1, a.nbk2, a.nbk3, a.nbv1, a.nbv2, a.nbv3, a.nbm1, a.nbm3, a.nem3, a.out_type
 
 // MINB: blocks an SM must hold at once (registers capped to fit them; 0: the compiler's choice)
-#define VARIANT_PARAMS int NQ, int KC, bool KLD, bool EX2, bool SKIP, int MINB
-#define VARIANT_ARGS NQ, KC, KLD, EX2, SKIP
-#define VARIANT_ALL NQ, KC, KLD, EX2, SKIP, MINB
+// MK: the mask as the graph gives it (0: [Lk, Lq] a sequence), one row a sequence (1: [Lk] broadcast over the
+// queries), or none with each sequence's Lk its real length (2: as a lone request's segment runs; 3: the same
+// with no mask code compiled)
+#define VARIANT_PARAMS int NQ, int KC, bool KLD, bool EX2, bool SKIP, int MINB, int MK = 0
+#define VARIANT_ARGS NQ, KC, KLD, EX2, SKIP, MK
+#define VARIANT_ALL NQ, KC, KLD, EX2, SKIP, MINB, MK
 template <VARIANT_PARAMS>
 static __global__ void __launch_bounds__(64*NQ, MINB) kernel_one(const fattn_short_args a) {
     flash_attn_short_body<VARIANT_ARGS>(FATTN_SHORT_ARGS(a), blockIdx.x);
@@ -366,9 +410,9 @@ struct Call {  // one attention call: Q [D, Lq, H, S] F32 (rows of H*D, as the L
     int valid;          // real keys a sequence (the rest hidden by the mask), == Lk without a mask
     bool masked;
     int out_type;
-    float * q; half * k, * v, * m; char * out;
+    float * q; half * k, * v, * m, * mr; char * out;  // mr: the mask's one row a sequence [S, Lk]
     std::vector<float> hq; std::vector<half> hk, hv;
-    fattn_short_args args() const {
+    fattn_short_args args(const int mk = 0) const {
         fattn_short_args a;
         a.Q = (const char *) q; a.K = (const char *) k; a.V = (const char *) v;
         a.mask = masked ? (const char *) m : nullptr; a.dst = out;
@@ -378,6 +422,11 @@ struct Call {  // one attention call: Q [D, Lq, H, S] F32 (rows of H*D, as the L
         a.nbv1 = a.nbk1; a.nbv2 = a.nbk2; a.nbv3 = a.nbk3;
         a.nbm1 = (int64_t) Lk*2; a.nbm3 = (int64_t) Lk*Lq*2; a.nem3 = S;
         a.out_type = out_type;
+        if (masked && mk == 1) {
+            a.mask = (const char *) mr; a.nbm1 = 0; a.nbm3 = (int64_t) Lk*2;
+        } else if (masked && mk >= 2) {
+            a.mask = nullptr; a.Lk = valid;
+        }
         return a;
     }
     size_t out_bytes() const { return (size_t) S*Lq*H*D*(out_type == FATTN_SHORT_OUT_F32 ? 4 : 2); }
@@ -393,11 +442,13 @@ static Call make_call(int Lq, int Lk, int S, int valid, int out_type, std::mt199
     CHECK(cudaMalloc(&c.q, c.hq.size()*4)); CHECK(cudaMemcpy(c.q, c.hq.data(), c.hq.size()*4, cudaMemcpyHostToDevice));
     CHECK(cudaMalloc(&c.k, c.hk.size()*2)); CHECK(cudaMemcpy(c.k, c.hk.data(), c.hk.size()*2, cudaMemcpyHostToDevice));
     CHECK(cudaMalloc(&c.v, c.hv.size()*2)); CHECK(cudaMemcpy(c.v, c.hv.data(), c.hv.size()*2, cudaMemcpyHostToDevice));
-    c.m = nullptr;
+    c.m = c.mr = nullptr;
     if (c.masked) {
         std::vector<half> hm((size_t) S*Lq*Lk);
         for (size_t i = 0; i < hm.size(); ++i) hm[i] = __float2half((int) (i % Lk) < valid ? 0.0f : -INFINITY);
         CHECK(cudaMalloc(&c.m, hm.size()*2)); CHECK(cudaMemcpy(c.m, hm.data(), hm.size()*2, cudaMemcpyHostToDevice));
+        hm.resize((size_t) S*Lk);
+        CHECK(cudaMalloc(&c.mr, hm.size()*2)); CHECK(cudaMemcpy(c.mr, hm.data(), hm.size()*2, cudaMemcpyHostToDevice));
     }
     CHECK(cudaMalloc(&c.out, c.out_bytes()));
     return c;
@@ -439,16 +490,16 @@ static double ref_err(const Call & c, const std::vector<char> & o, std::initiali
 
 template <VARIANT_PARAMS>
 static void launch(const std::vector<Call *> & cs) {
-    const size_t smem = fattn_short_smem_bytes(NQ, KC, cs[0]->masked);
+    const size_t smem = fattn_short_smem_bytes(NQ, KC, cs[0]->masked && MK < 2, MK);
     CHECK(cudaFuncSetAttribute(kernel_one<VARIANT_ALL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CHECK(cudaFuncSetAttribute(kernel_pair<VARIANT_ALL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (cs.size() == 2) {
         const int nbx = (cs[0]->Lq + 16*NQ - 1)/(16*NQ);
         const dim3 grid(nbx + (cs[1]->Lq + 16*NQ - 1)/(16*NQ), HKV, cs[0]->S);
-        kernel_pair<VARIANT_ALL><<<grid, WARP_SIZE*GQA*NQ, smem>>>(cs[0]->args(), cs[1]->args(), nbx);
+        kernel_pair<VARIANT_ALL><<<grid, WARP_SIZE*GQA*NQ, smem>>>(cs[0]->args(MK), cs[1]->args(MK), nbx);
     } else {
         const dim3 grid((cs[0]->Lq + 16*NQ - 1)/(16*NQ), HKV, cs[0]->S);
-        kernel_one<VARIANT_ALL><<<grid, WARP_SIZE*GQA*NQ, smem>>>(cs[0]->args());
+        kernel_one<VARIANT_ALL><<<grid, WARP_SIZE*GQA*NQ, smem>>>(cs[0]->args(MK));
     }
 }
 
@@ -461,6 +512,8 @@ static const Variant LONE[] = {
     {"kld ex2 3/SM", launch<2, 64, true, true, false, 3>}, {"ex2 3/SM", launch<2, 64, false, true, false, 3>},
     {"kld ex2 kc32 3/SM", launch<2, 32, true, true, false, 3>},
     {"kld ex2 kc32 4/SM", launch<2, 32, true, true, false, 4>},
+    {"kld ex2 nomask", launch<2, 64, true, true, false, 1, 3>},
+    {"kld ex2 nomask 3/SM", launch<2, 64, true, true, false, 3, 3>},
 };
 static const Variant PACKED[] = {
     {"base", launch<4, 64, false, false, false, 1>}, {"kld ex2", launch<4, 64, true, true, false, 1>},
@@ -468,6 +521,12 @@ static const Variant PACKED[] = {
     {"kld ex2 nq2 3/SM", launch<2, 64, true, true, false, 3>},
     {"kld ex2 nq2 kc32 4/SM", launch<2, 32, true, true, false, 4>},
     {"kld ex2 nq4 2/SM", launch<4, 64, true, true, false, 2>},
+    {"kld ex2 rowmask", launch<4, 64, true, true, false, 1, 1>},
+    {"kld ex2 nq2 rowmask", launch<2, 64, true, true, false, 1, 1>},
+    {"kld ex2 lengths", launch<4, 64, true, true, false, 1, 2>},
+    {"kld ex2 nq2 lengths", launch<2, 64, true, true, false, 1, 2>},
+    {"kld ex2 nq2 nomask", launch<2, 64, true, true, false, 1, 3>},
+    {"kld ex2 nq2 nomask 3/SM", launch<2, 64, true, true, false, 3, 3>},
 };
 
 static float time_us(Launcher f, const std::vector<Call *> & cs, int reps) {
@@ -521,7 +580,7 @@ int main(int argc, char ** argv) {
     cases.push_back({"16 packed cond 16x160 (147 real)", {new Call(make_call(160, 160, 16, 147, FATTN_SHORT_OUT_F32, rng))}, 4, false});
 
     for (auto & cs : cases) {
-        std::vector<char> base;
+        std::vector<char> base, second;  // second: the second variant's output (kld ex2 for the buckets)
         printf("%s\n", cs.name.c_str());
         const bool packed = cs.nq == 4;
         const Variant * vs = packed ? PACKED : LONE;
@@ -541,7 +600,13 @@ int main(int argc, char ** argv) {
                 base = o;
                 if (cs.check) printf("  (against float64: %.2e)", ref_err(*cs.calls[0], o, {0, 5}));
             } else {
-                printf("  (against base: %.1e)", max_diff(*cs.calls[0], base, o));
+                printf("  (against base: %.1e", max_diff(*cs.calls[0], base, o));
+                if (second.empty()) {
+                    second = o;
+                } else {
+                    printf(", against %s: %.1e", vs[1].name, max_diff(*cs.calls[0], second, o));
+                }
+                printf(")");
             }
             printf("\n");
         }
