@@ -41,8 +41,9 @@ def dump(args) -> None:
     with Runtime(args.backend) as rt:
         lm = LanguageModel(rt, args.gguf, max_graphs=0)
         rng = np.random.default_rng(0)
-        alone = [prompt(*SHAPES[s], seed=i) for i, s in enumerate(shapes)]
-        packed = [prompt(*SHAPES[shapes[i % len(shapes)]], seed=100 + i) for i in range(args.batch)]
+        dims = [SHAPES[s] if s in SHAPES else tuple(map(int, s.split(":"))) for s in shapes]  # or TEXT:REF:TARGET
+        alone = [prompt(*d, seed=i) for i, d in enumerate(dims)]
+        packed = [prompt(*dims[i % len(dims)], seed=100 + i) for i in range(args.batch)]
         for name, prs in [(s, [p]) for s, p in zip(shapes, alone)] + [(f"packed{args.batch}", packed)]:
             toks = [targets(p, rng) for p in prs]
             with lm.session(prs, 2.0, greedy=True, with_logits=True) as s:
@@ -78,7 +79,8 @@ def main() -> int:
     d = sub.add_parser("dump")
     d.add_argument("--gguf", type=Path, required=True)
     d.add_argument("--backend", default="cuda")
-    d.add_argument("--shapes", default="auto5,clone5,auto20")
+    d.add_argument("--shapes", default="auto5,clone5,auto20",
+                   help="comma list of tools/lm_step_time.py's shapes or TEXT:REF:TARGET token counts")
     d.add_argument("--batch", type=int, default=16)
     d.add_argument("--out", type=Path, required=True)
     c = sub.add_parser("compare")

@@ -490,11 +490,13 @@ def test_flash_attention_packed_segments(run, runtime, rng, lengths):
     assert rel_err(y, want) < 3e-3
 
 
-@pytest.mark.parametrize("lengths", [(147, 125), (40, 530)])
+@pytest.mark.parametrize("lengths", [(147, 125), (40, 530), (590, 500)])
 def test_segmented_attention_two_segments(run, runtime, rng, lengths):
     """One request's attention as the LM builds it: a flash-attention call per segment (cond, uncond) and a concat
     of the two results (ggml patch 0009 on CUDA writes both straight into the concat's result; Q is a node here,
-    so that the allocator may give the concat Q's memory, which the patch allows only element for element)."""
+    so that the allocator may give the concat Q's memory, which the patch allows only element for element).
+    590 + 500 (a 20 s request): on the H200 280 blocks of patch 0012's paired kernel, more than two an SM hold, which
+    patch 0020 runs three an SM."""
     from types import SimpleNamespace
 
     from omnivoice.models.lm import segmented_attention
