@@ -8,8 +8,9 @@ switch that only an environment variable read once per process can make (e.g. GG
 
 `dump` runs one greedy step per shape (tools/lm_step_time.py's shapes, fixed random ids, half of the targets
 masked) alone, then the shapes packed together as the batched engine packs them (16 prompts, shapes cycled),
-and saves the conditional and unconditional logits and the picks. `compare` prints, per entry, the largest
-difference relative to the logits' scale, their cosine, and the share of equal picks.
+and saves the conditional and unconditional logits, the picks and their scores. `compare` prints, per entry, the
+largest difference relative to the logits' scale, their cosine, the share of equal picks and of scores equal bit
+for bit.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def dump(args) -> None:
             with lm.session(prs, 2.0, greedy=True, with_logits=True) as s:
                 res = s.step(toks)
             for i, r in enumerate(res):
-                for k in ("cond_logits", "uncond_logits", "pred"):
+                for k in ("cond_logits", "uncond_logits", "pred", "score"):
                     out[f"{name}/{i}/{k}"] = r[k]
         lm.close()
     np.savez(args.out, **out)
@@ -59,18 +60,21 @@ def dump(args) -> None:
 def compare(args) -> None:
     a, b = np.load(args.a), np.load(args.b)
     groups = sorted({k.rsplit("/", 2)[0] for k in a.files})
-    print("| entry | prompts | max diff / scale | cosine (min) | equal picks |\n|---|---|---|---|---|")
+    print("| entry | prompts | max diff / scale | cosine (min) | equal picks | scores equal bit for bit |\n"
+          "|---|---|---|---|---|---|")
     for g in groups:
         idx = sorted({k.split("/")[1] for k in a.files if k.startswith(g + "/")}, key=int)
-        diffs, coss, eq, n = [], [], 0, 0
+        diffs, coss, eq, same, n = [], [], 0, 0, 0
         for i in idx:
             for k in ("cond_logits", "uncond_logits"):
                 x, y = a[f"{g}/{i}/{k}"].astype(np.float64), b[f"{g}/{i}/{k}"].astype(np.float64)
                 diffs.append(np.abs(x - y).max() / np.abs(x).max())
                 coss.append(float((x * y).sum() / np.sqrt((x * x).sum() * (y * y).sum())))
             pa, pb = a[f"{g}/{i}/pred"], b[f"{g}/{i}/pred"]
-            eq, n = eq + int((pa == pb).sum()), n + pa.size
-        print(f"| {g} | {len(idx)} | {max(diffs):.2e} | {min(coss):.7f} | {100 * eq / n:.2f} % |")
+            sa, sb = (np.ascontiguousarray(x[f"{g}/{i}/score"], np.float32).view(np.uint32) for x in (a, b))
+            eq, same, n = eq + int((pa == pb).sum()), same + int((sa == sb).sum()), n + pa.size
+        print(f"| {g} | {len(idx)} | {max(diffs):.2e} | {min(coss):.7f} | {100 * eq / n:.2f} % "
+              f"| {100 * same / n:.2f} % |")
 
 
 def main() -> int:

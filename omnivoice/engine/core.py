@@ -20,8 +20,9 @@ choices (BatchEngine(pipeline=...)).
 Requests finish independently and free their slot; a long-form request contributes one chunk at a time, its
 chunks in order (chunk 0's tokens voice the later ones in auto and design modes, and one generator runs
 through all chunks, as in `synthesize`). The graph is rebuilt only when the set of packed chunks changes.
-Finished units are decoded together (codec decode_batch), and clone references of requests admitted together
-are encoded together.
+Finished units are decoded together (codec decode_iter), each request post-processed as soon as its audio is back
+(on a GPU, while the codec's next graph runs), and clone references of requests admitted together are encoded
+together.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import os
 import time
 from collections import deque
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 
@@ -100,6 +101,9 @@ class Task:
         self.cancelled = True
 
 
+# A unit to decode: its task, its code sequences (a chunk each, or a sentence) and the voice that post-processes it.
+_Decode = tuple[Task, list[np.ndarray], Optional[VoicePrompt]]
+
 # On a GPU the active requests form two groups with a packed graph each once at least this many run: one group's
 # graph runs while the host makes the other group's MaskGIT choices. On the H200 at 64 five-second requests the
 # host's share was 1.8 s of 6.2 (29 %, BENCHMARKS.md), all of it after the graph run. Below this count two
@@ -147,7 +151,7 @@ class BatchEngine:
         self.pipelined = bool(pipeline)
         self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]
         self._member: dict[int, int] = {}   # id(task) -> group index
-        self._decodes: list[tuple[Task, list[np.ndarray], Optional[VoicePrompt]]] = []
+        self._decodes: list[_Decode] = []
         self._finished: list[Task] = []
         self.stats = {"steps": 0, "graphs": 0, "packed_requests": 0}
         # Wall seconds by phase (what a profile of the engine needs first: device-bound or host-bound):
@@ -410,6 +414,9 @@ class BatchEngine:
 
     # ------------------------------------------------------------------------------------------ audio
     def _flush_decodes(self) -> None:
+        """Decode the finished units together and post-process each job as soon as its audio is back, so that on
+        a GPU the post-processing overlaps the codec's next graph run. A task's decode time runs from the start
+        of the flush to its audio being ready."""
         if not self._decodes:
             return
         jobs, self._decodes = self._decodes, []
@@ -417,19 +424,10 @@ class BatchEngine:
         if not jobs:
             return
         t0 = time.perf_counter()
-        try:
-            audio = self.codec.decode_batch([c for _, codes, _ in jobs for c in codes])
-        except Exception:
-            if len(jobs) == 1:
-                raise
-            audio = None
-        at = 0
-        for t, codes, voice in jobs:
+        for (t, codes, voice), pieces in self._decoded(jobs):
             try:
-                if audio is None:  # the batch failed: decode each job alone, so only a bad one fails
+                if pieces is None:  # the batch failed: decode each job alone, so only a bad one fails
                     pieces = self.codec.decode_batch(codes)
-                else:
-                    pieces, at = audio[at:at + len(codes)], at + len(codes)
                 out = self.pipeline.finish(pieces, voice, t.settings).astype(np.float32, copy=False)
             except Exception as e:
                 self._fail(t, e)
@@ -442,6 +440,26 @@ class BatchEngine:
                     self._succeed(t, np.concatenate(t.pieces), time.perf_counter() - t0)
             else:
                 self._succeed(t, out, time.perf_counter() - t0)
+
+    def _decoded(self, jobs: list[_Decode]) -> Iterator[tuple[_Decode, Optional[list[np.ndarray]]]]:
+        """Each job with its decoded code sequences as soon as the codec has them all (one batched decode_iter);
+        if that decode fails, every job not yet given comes with None instead (to be decoded alone). A lone
+        job's failure is raised."""
+        owner = [j for j, (_, codes, _) in enumerate(jobs) for _ in codes]  # the job of each sequence
+        pieces: list[list[np.ndarray]] = [[] for _ in jobs]
+        given = 0  # sequences come back in order: jobs[:given] have been given
+        try:
+            for i, audio in self.codec.decode_iter([c for _, codes, _ in jobs for c in codes]):
+                j = owner[i]
+                pieces[j].append(audio)
+                if len(pieces[j]) == len(jobs[j][1]):
+                    given = j + 1
+                    yield jobs[j], pieces[j]
+        except Exception:
+            if len(jobs) == 1:
+                raise
+            for job in jobs[given:]:
+                yield job, None
 
     def _succeed(self, t: Task, audio: np.ndarray, decode_s: float) -> None:
         now = time.perf_counter()

@@ -17,7 +17,9 @@ windows that overlap by `context_frames` on each side, of which only the centre 
 field is about 12 frames each way (conv1 3, block 0's transposed conv 2 and residual units 39 samples at 8 per
 frame, the later blocks about 1.5 together), so with 16 frames of context the windows give the samples of one
 whole-sequence graph. The windows and short sequences of one call are packed side by side into graphs of at most
-`max_decode_frames` frames, each decoded as if alone (models.dac.masked).
+`max_decode_frames` frames, each decoded as if alone (models.dac.masked). The graphs run one after the other:
+`decode_iter` hands back each sequence once the run holding its last window is read, the next run already
+launched, so that on a GPU the caller's work on it (post-processing) overlaps that run.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -62,6 +64,13 @@ class _Window:
     stop: int
     keep0: int    # frames [keep0, keep1) of the sequence come out of this window
     keep1: int
+
+
+@dataclass(frozen=True)
+class _Run:
+    windows: tuple[_Window, ...]  # packed side by side, in order
+    starts: tuple[int, ...]       # the graph frame where each window's frames begin
+    frames: int                   # the graph's length
 
 
 class AudioCodec:
@@ -186,62 +195,109 @@ class AudioCodec:
         return [_Window(seq, max(0, s - self.context_frames), min(T, s + core + self.context_frames),
                         s, min(T, s + core)) for s in range(0, T, core)]
 
-    def decode_batch(self, codes_list: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Decode several code sequences [n_codebooks, T_i] -> float32 audio [T_i * hop] each, unprocessed.
+    def decode_iter(self, codes_list: Sequence[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
+        """Decode several code sequences [n_codebooks, T_i]: yield (i, float32 audio [T_i * hop], unprocessed) for
+        each as soon as the graph run holding its last window has been read back, in input order.
 
         The sequences (windows of long ones) are packed side by side into as few graphs as `max_decode_frames`
-        allows, each decoded as if alone (models.dac.masked).
+        allows, each decoded as if alone (models.dac.masked). Run k+1 is launched before the sequences that run k
+        completed are yielded: on a GPU the caller's work on them overlaps it (the CPU backend computes at launch).
+        Nothing is checked or run before the first item is asked for.
         """
         self._check_open()
         if not self.can_decode:
             raise RuntimeError("this codec was loaded without its decoder (parts=('encode',))")
-        if len(codes_list) == 0:
-            return []
         seqs = [self.check_codes(c, f"codes[{i}]" if len(codes_list) > 1 else "codes")
                 for i, c in enumerate(codes_list)]
-        runs: list[list[_Window]] = []
+        left = dict.fromkeys(range(len(seqs)))  # the sequences not yielded yet
+        g: Graph | None = None  # the graph of the run on the device: launched, not read yet
+        try:
+            while left:
+                runs = self._decode_runs(seqs, list(left))
+                pieces: dict[int, list[np.ndarray]] = {}
+                for k in range(len(runs) + 1):
+                    # Run k-1's outputs are read before run k is launched: runs of one length share a graph.
+                    done = self._read_run(g, runs[k - 1], seqs, pieces) if g is not None else []
+                    g = None
+                    if k < len(runs):
+                        g = self._launch_run(seqs, runs[k])
+                    for i, audio in done:
+                        del left[i]
+                        yield i, audio
+                    if g is None:  # every run read, or run k did not fit: the sequences left are planned again
+                        break      # (those partly decoded redone whole)
+        finally:
+            if g is not None:  # the caller stopped early: the run ends before its graph's next launch
+                g.wait()
+
+    def decode_batch(self, codes_list: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Decode several code sequences [n_codebooks, T_i] -> float32 audio [T_i * hop] each, unprocessed:
+        decode_iter's audio in input order."""
+        return [audio for _, audio in self.decode_iter(codes_list)]
+
+    def _decode_runs(self, seqs: list[np.ndarray], which: list[int]) -> list[_Run]:
+        """The windows of sequences `which`, in order, packed into runs of at most max_decode_frames frames."""
+        packed: list[list[_Window]] = []
         used = 0  # frames of the last run, the gap after each window included
-        for w in (w for i, c in enumerate(seqs) for w in self._windows(i, c.shape[1])):
+        for w in (w for i in which for w in self._windows(i, seqs[i].shape[1])):
             n = w.stop - w.start + DECODE_GAP_FRAMES
-            if runs and used + n <= self.max_decode_frames:
-                runs[-1].append(w)
+            if packed and used + n <= self.max_decode_frames:
+                packed[-1].append(w)
                 used += n
             else:
-                runs.append([w])
+                packed.append([w])
                 used = n
-        pieces: list[list[np.ndarray]] = [[] for _ in seqs]
-        hop = self.hop_length
-        for i, run in enumerate(runs):
+        runs = []
+        for i, run in enumerate(packed):
             starts = np.cumsum([0] + [w.stop - w.start + DECODE_GAP_FRAMES for w in run])
             # Every run but the last is full (within a window) and padded to the same length: one graph for all.
-            T = (self.max_decode_frames if i < len(runs) - 1 else
+            T = (self.max_decode_frames if i < len(packed) - 1 else
                  -(-(int(starts[-1]) - DECODE_GAP_FRAMES) // DECODE_ROUND_FRAMES) * DECODE_ROUND_FRAMES)
-            codes = np.zeros((self.n_codebooks, T), np.int32)
-            mask = np.zeros((T, 1, 1), np.float32)  # ggml [1, 1, T]
-            for a, w in zip(starts, run):
-                codes[:, a:a + w.stop - w.start] = seqs[w.seq][:, w.start:w.stop]
-                mask[a:a + w.stop - w.start] = 1.0
+            runs.append(_Run(tuple(run), tuple(int(a) for a in starts[:-1]), T))
+        return runs
 
-            def build(g: Graph, T=T) -> None:
-                c = g.input("codes", np.int32, (self.n_codebooks, T))
-                m = g.input("mask", np.float32, (T, 1, 1))
-                g.output("audio", model.build_decode(g.ctx, self.weights, self.config, c, m))
+    def _launch_run(self, seqs: list[np.ndarray], run: _Run) -> Graph | None:
+        """Launch the run on its graph (built first where not cached) and return the graph; None where the graph
+        does not fit: max_decode_frames is lowered then (MemoryError where the graph holds only a window)."""
+        T = run.frames
 
-            try:
-                g = self._graph(("decode", T), build, self.runtime, f"the codec decoder's graph for {T} frames")
-            except MemoryError:
-                floor = self._decode_frames_floor()
-                if T <= floor:
-                    raise
-                # a device with less memory left than the packing assumed: smaller graphs from now on
-                self.max_decode_frames = max(floor, T // 2 // DECODE_ROUND_FRAMES * DECODE_ROUND_FRAMES)
-                log.warning("decode graph of %d frames does not fit: packing at most %d frames from now on",
-                            T, self.max_decode_frames)
-                return self.decode_batch(codes_list)
-            audio = g.compute(codes=codes, mask=mask)["audio"].reshape(-1)
-            for a, w in zip(starts, run):
-                pieces[w.seq].append(audio[(a + w.keep0 - w.start) * hop:(a + w.keep1 - w.start) * hop])
-        return [p[0] if len(p) == 1 else np.concatenate(p) for p in pieces]
+        def build(g: Graph) -> None:
+            c = g.input("codes", np.int32, (self.n_codebooks, T))
+            m = g.input("mask", np.float32, (T, 1, 1))
+            g.output("audio", model.build_decode(g.ctx, self.weights, self.config, c, m))
+
+        try:
+            g = self._graph(("decode", T), build, self.runtime, f"the codec decoder's graph for {T} frames")
+        except MemoryError:
+            floor = self._decode_frames_floor()
+            if T <= floor:
+                raise
+            # a device with less memory left than the packing assumed: smaller graphs from now on
+            self.max_decode_frames = max(floor, T // 2 // DECODE_ROUND_FRAMES * DECODE_ROUND_FRAMES)
+            log.warning("decode graph of %d frames does not fit: packing at most %d frames from now on",
+                        T, self.max_decode_frames)
+            return None
+        codes = np.zeros((self.n_codebooks, T), np.int32)
+        mask = np.zeros((T, 1, 1), np.float32)  # ggml [1, 1, T]
+        for a, w in zip(run.starts, run.windows):
+            codes[:, a:a + w.stop - w.start] = seqs[w.seq][:, w.start:w.stop]
+            mask[a:a + w.stop - w.start] = 1.0
+        g.launch(codes=codes, mask=mask)
+        return g
+
+    def _read_run(self, g: Graph, run: _Run, seqs: list[np.ndarray], pieces: dict[int, list[np.ndarray]]
+                  ) -> list[tuple[int, np.ndarray]]:
+        """Wait for the run and add its windows' kept audio to `pieces`; returns the sequences it completed."""
+        g.wait()
+        audio = g.read_outputs(["audio"])["audio"].reshape(-1)
+        hop = self.hop_length
+        done = []
+        for a, w in zip(run.starts, run.windows):
+            pieces.setdefault(w.seq, []).append(audio[(a + w.keep0 - w.start) * hop:(a + w.keep1 - w.start) * hop])
+            if w.keep1 == seqs[w.seq].shape[1]:  # its last window
+                p = pieces.pop(w.seq)
+                done.append((w.seq, p[0] if len(p) == 1 else np.concatenate(p)))
+        return done
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """Decode codes [n_codebooks, T] -> float32 audio [T * hop] at sample_rate (the reference's decode)."""

@@ -491,6 +491,11 @@ class ChunkSession:
         cpu = not self.model.runtime.is_gpu
         logits = lm_graph.audio_logits(g.ctx, w, cfg, lib.ggml_get_rows(g.ctx, h, c["heads_index"]),
                                        self.model.variant)                                     # [V, C, 2S]
+        if self.model.runtime.device.backend.lower() == "cuda" and built_with_patch("0021-"):
+            # Patch 0021's one kernel for the guidance and the pick below reads the logits while it writes pred
+            # and score, so their memory must not pass to those (it refuses to run where it would): an output's
+            # memory is never handed on.
+            lib.ggml_set_output(logits.view_src)
         row = logits.nb[1]
         cond = lib.ggml_view_2d(g.ctx, logits, V, C * S, row, 0)                                  # [V, C*S]
         uncond = lib.ggml_view_2d(g.ctx, logits, V, C * S, row, C * S * row)

@@ -14,7 +14,7 @@ def solo(ov, request: dict):
     return ov.synthesize(r.pop("text"), **r)
 
 
-# A batch's sequences are decoded packed into one graph (runners.codec.decode_batch): on the CPU the same bits as
+# A batch's sequences are decoded packed into shared graphs (runners.codec.decode_iter): on the CPU the same bits as
 # alone; a GPU's products take other kernels for other widths, within the codec's own tolerance there
 # (tests/models/test_codec.py; H200: 3.6e-6 apart, 1.1e-3 with TF32, tools/codec_decode_time.py). Another
 # request's audio would be ~0.1 or more away.

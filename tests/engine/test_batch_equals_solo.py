@@ -326,3 +326,36 @@ def test_warm_up_leaves_the_engine_as_it_was(ov, ref_clip):
         outcomes = dict(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
     for i, req in enumerate(requests):
         assert_same_result(outcomes[i], solo(ov, req), req["id"])
+
+
+def test_a_failed_batched_decode_falls_back_to_each_request_alone(ov, monkeypatch):
+    """Requests finishing together are decoded together and each finished as soon as its audio is back. A batched
+    decode that fails after the first came back leaves it finished; the others are decoded alone, so only a bad
+    one fails, and every request finishes once."""
+    from omnivoice.codec import AudioCodec
+
+    real, calls = AudioCodec.decode_iter, []
+
+    def decode_iter(self, codes_list):
+        calls.append(len(codes_list))
+        if len(calls) == 2:
+            raise ValueError("a bad request (test)")
+        it = real(self, codes_list)
+        yield next(it)
+        if len(calls) == 1:
+            raise RuntimeError("the batched decode failed (test)")
+        yield from it
+
+    requests = [dict(text=f"Request {i} ends here.", seed=i, num_step=3, duration=1.0) for i in range(3)]
+    prepared = prepare(requests)
+    monkeypatch.setattr(AudioCodec, "decode_iter", decode_iter)
+    with BatchEngine(ov, max_batch=4) as engine:
+        outcomes = list(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
+    monkeypatch.undo()
+    assert calls == [3, 1, 1]  # one batch of three; the two not given decoded alone, the first one not again
+    assert sorted(i for i, _ in outcomes) == [0, 1, 2]
+    failed = [i for i, r in outcomes if isinstance(r, ValueError)]
+    assert len(failed) == 1 and failed[0] != outcomes[0][0]
+    for i, result in outcomes:
+        if i not in failed:
+            assert_same_result(result, solo(ov, requests[i]), f"request {i}")

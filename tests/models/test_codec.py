@@ -200,6 +200,68 @@ def test_decode_batch_packs_less_where_memory_is_short(codec, rng, monkeypatch):
         small.close()
 
 
+def test_decode_iter_yields_each_sequence_as_its_last_run_is_read(codec, rng, monkeypatch):
+    """decode_iter gives each sequence once, in order, with decode_batch's audio bit for bit (equal to its lone
+    decode on the CPU), as soon as the run holding its last window is read: the next run already launched on the
+    graph all full runs share, its outputs read first. A caller that stops early leaves the codec usable."""
+    from omnivoice.ggml import Graph
+
+    lens = [3, 1, 5, 2, 70, 4, 6, 2, 3]  # 70 frames: 9 windows of at most 40, over as many runs
+    seqs = [rng.integers(0, codec.codebook_size, (codec.n_codebooks, n)) for n in lens]
+    small = AudioCodec(codec.runtime, codec.weights, codec.config, window_frames=40, context_frames=16,
+                       max_decode_frames=48)
+    try:
+        batch = small.decode_batch(seqs)
+        runs = small._decode_runs([np.asarray(s) for s in seqs], list(range(len(seqs))))
+        last_run = {w.seq: k for k, r in enumerate(runs) for w in r.windows}
+        assert len(runs) > 3 and len({last_run[i] for i in range(len(seqs))}) > 2
+        launches = []
+        real = Graph.launch
+        monkeypatch.setattr(Graph, "launch", lambda g, **inputs: (launches.append(1), real(g, **inputs))[1])
+        got = [(i, a, len(launches)) for i, a in small.decode_iter(seqs)]
+        monkeypatch.undo()
+        assert [i for i, _, _ in got] == list(range(len(seqs)))
+        for i, a, launched in got:
+            assert launched == min(last_run[i] + 2, len(runs)), f"sequence {i}: {launched} runs launched"
+            np.testing.assert_array_equal(a, batch[i])
+            np.testing.assert_allclose(a, small.decode(seqs[i]), rtol=0, atol=tol(codec, 0.0, 1e-2))
+        it = small.decode_iter(seqs)
+        next(it)
+        it.close()  # run 1 still launched: waited for
+        for a, b in zip(small.decode_batch(seqs), batch):
+            np.testing.assert_array_equal(a, b)
+    finally:
+        small.close()
+
+
+def test_decode_iter_replans_what_is_left_when_a_graph_does_not_fit(codec, rng, monkeypatch):
+    """A full run's graph that does not fit once sequences have been yielded (and a long one is partly decoded):
+    the packing is halved and only the sequences not given yet are decoded again, each once, whole."""
+    lens = [5] * 10 + [70] + [5] * 5  # runs of 96: ten short ones, then the long one's windows over several
+    seqs = [rng.integers(0, codec.codebook_size, (codec.n_codebooks, n)) for n in lens]
+    small = AudioCodec(codec.runtime, codec.weights, codec.config, window_frames=40, context_frames=16,
+                       max_decode_frames=96)
+    real, calls, got, failed_after = AudioCodec._graph, [], [], []
+
+    def graph(self, key, *args):
+        calls.append(key)
+        if calls.count(("decode", 96)) == 3 and not failed_after:  # run 2: run 0 given, the long one begun
+            failed_after.append(len(got))
+            raise MemoryError("the codec decoder's graph for 96 frames needs more than there is (test)")
+        return real(self, key, *args)
+
+    monkeypatch.setattr(AudioCodec, "_graph", graph)
+    try:
+        got.extend((i, a) for i, a in small.decode_iter(seqs))
+        monkeypatch.undo()
+        assert failed_after == [10] and small.max_decode_frames == 48
+        assert [i for i, _ in got] == list(range(len(seqs)))
+        for i, a in got:
+            np.testing.assert_allclose(a, codec.decode(seqs[i]), rtol=0, atol=tol(codec, 0.0, 1e-2))
+    finally:
+        small.close()
+
+
 def test_windowed_decode_equals_whole(codec, rng):
     codes = rng.integers(0, codec.codebook_size, (codec.n_codebooks, 70))
     whole = codec.decode(codes)

@@ -572,6 +572,81 @@ def test_row_max_cpu_node(cpu_run, one_thread_cpu_run, rng, V):
         np.testing.assert_array_equal(run(build, {"x": x}).reshape(13), want)
 
 
+# ------------------------------------------------------------------------------- guidance and greedy pick
+def guided_pick_inputs(rng, N: int = 300, V: int = 1025) -> dict:
+    """Logits of N conditional then N unconditional columns, a class bias (-inf on the last class, as the mask
+    id's), per-column guidance factors; the logits drawn wide apart so that no pick is a near tie."""
+    g = rng.uniform(0.5, 3.0, N)
+    return {"logits": (rng.standard_normal((2 * N, V)) * 4).astype(np.float32),
+            "bias": np.where(np.arange(V) == V - 1, -np.inf, 0).astype(np.float32),
+            "keep": (1 + g).astype(np.float32).reshape(N, 1), "mix": g.astype(np.float32).reshape(N, 1)}
+
+
+def guided_pick(run, inputs: dict, per_column: bool):
+    """models.lm's guidance and greedy pick on the inputs (the GPU form where the runtime is a GPU): pred, score."""
+    from omnivoice.models import lm as lm_graph
+
+    gpu = run.runtime.is_gpu
+
+    def build(ctx, ws, logits, bias, keep=None, mix=None):
+        V, N = logits.ne[0], logits.ne[1] // 2
+        cond = lib.ggml_view_2d(ctx, logits, V, N, logits.nb[1], 0)
+        uncond = lib.ggml_view_2d(ctx, logits, V, N, logits.nb[1], N * logits.nb[1])
+        lp = (lm_graph.guided_log_probs_per_column(ctx, cond, uncond, keep, mix, cpu=not gpu) if per_column
+              else lm_graph.guided_log_probs(ctx, cond, uncond, 2.0, cpu=not gpu))
+        return lm_graph.greedy_pick(ctx, lp, bias, cpu=not gpu)
+
+    used = inputs if per_column else {k: inputs[k] for k in ("logits", "bias")}
+    pred, score = run(build, used, outputs=("pred", "score"))
+    return pred.reshape(-1), score.reshape(-1)
+
+
+@pytest.mark.parametrize("per_column", [False, True])
+def test_guided_greedy_pick(run, rng, per_column):
+    """The graph's guidance, log-softmax and pick (on CUDA with patch 0021: one kernel) against float64 numpy:
+    the same picks, never the masked class, scores within float32 rounding."""
+    inputs = guided_pick_inputs(rng)
+    pred, score = guided_pick(run, inputs, per_column)
+    lg = inputs["logits"].astype(np.float64)
+    N = lg.shape[0] // 2
+    keep, mix = (inputs["keep"], inputs["mix"]) if per_column else (3.0, 2.0)
+    z = keep * lg[:N] - mix * lg[N:]
+    zmax = z.max(axis=1, keepdims=True)
+    lp = z - zmax - np.log(np.exp(z - zmax).sum(axis=1, keepdims=True)) + inputs["bias"]
+    np.testing.assert_array_equal(pred, lp.argmax(axis=1))
+    assert (pred != lg.shape[1] - 1).all()
+    np.testing.assert_allclose(score, lp.max(axis=1), rtol=0, atol=2e-5)
+
+
+def test_guided_greedy_pick_fused_equals_its_kernels(run, rng, tmp_path):
+    """Patch 0021's one CUDA kernel gives the picks and scores of the 13 kernels it replaces bit for bit (those
+    run in a second process, the fusion switched off there: ggml reads the switch once a process)."""
+    from omnivoice.ggml import built_with_patch
+
+    if run.runtime.device.backend.lower() != "cuda" or not built_with_patch("0021-"):
+        pytest.skip("the guided-pick fusion is patch 0021's, on CUDA")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    inputs = guided_pick_inputs(rng)
+    np.savez(tmp_path / "in.npz", **inputs)
+    code = ("import sys, numpy as np; from omnivoice.ggml import Runtime; from tests.nn.conftest import GraphRunner; "
+            "from tests.nn.test_ops import guided_pick; i = dict(np.load(sys.argv[1])); "
+            "rt = Runtime('cuda'); r = GraphRunner(rt); "
+            "np.savez(sys.argv[2], *[x for pc in (False, True) for x in guided_pick(r, i, pc)])")
+    env = dict(os.environ, GGML_CUDA_DISABLE_GUIDED_PICK="1")
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], env=env,
+                   cwd=root, check=True, timeout=120)
+    unfused = np.load(tmp_path / "out.npz")
+    for k, per_column in enumerate((False, True)):
+        pred, score = guided_pick(run, inputs, per_column)
+        np.testing.assert_array_equal(pred, unfused[f"arr_{2 * k}"])
+        np.testing.assert_array_equal(score.view(np.uint32), unfused[f"arr_{2 * k + 1}"].view(np.uint32))
+
+
 # --------------------------------------------------------------------------------------------- convolution
 def conv1d_ref(x, w, b, stride, padding, dilation, groups):
     """x (IC, T), w (OC, IC/g, K) -> (OC, T_out), PyTorch semantics."""

@@ -10,7 +10,8 @@
 # Results in $OUT (a device call brings back eight files): h200_final.log (every table), tests-cuda.log,
 # bench-cuda.json, batch-auto.json, batch-mixed.json, server_load.json.
 #
-# SKIP lists parts not to run (tests, bench, batch, server); TF32=default leaves ggml's TF32 for the F32 products
+# SKIP lists parts not to run (tests, bench, batch, server); MIXED_ARGS adds tools/batch_bench.py flags to the 64
+# mixed run (e.g. --profile: the engine's phases); TF32=default leaves ggml's TF32 for the F32 products
 # (the codec's) after the tests instead of batch_setup.sh's NVIDIA_TF32_OVERRIDE=0, as a user's process has it.
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib bash tools/device/h200_final.sh          # carry .whl .devcarry
 set -uo pipefail
@@ -40,7 +41,7 @@ for mix in auto mixed; do
   (( $(left) < 150 )) && { stamp "skip batch $mix: $(left) s left"; continue; }
   stamp "batch_bench --mix $mix"
   timeout 120 python3 tools/batch_bench.py --model "$MODEL" --backend cuda --steps 32 --sizes $sizes --mix $mix \
-    --json "$OUT/batch-$mix.json" 2>&1 | grep -E "^\|"
+    --json "$OUT/batch-$mix.json" $([ "$mix" = mixed ] && echo "${MIXED_ARGS:-}") 2>&1 | grep -E "^\||by phase"
 done
 if runs server && (( $(left) > 100 )); then
   stamp "server"
