@@ -68,7 +68,8 @@ def log_softmax(x, axis=-1):
 
 
 def guided(cond, uncond, g):
+    """The reference's CFG: log_softmax(c + g (c - u)) of the rows' log-softmaxes; g a scalar or one per row."""
     c = log_softmax(cond)
-    if g == 0:
+    if np.ndim(g) == 0 and g == 0:
         return c
     return log_softmax(c + g * (c - log_softmax(uncond)))

@@ -605,14 +605,13 @@ def guided_pick(run, inputs: dict, per_column: bool):
 def test_guided_greedy_pick(run, rng, per_column):
     """The graph's guidance, log-softmax and pick (on CUDA with patch 0021: one kernel) against float64 numpy:
     the same picks, never the masked class, scores within float32 rounding."""
+    from ..models.lm_reference import guided
+
     inputs = guided_pick_inputs(rng)
     pred, score = guided_pick(run, inputs, per_column)
     lg = inputs["logits"].astype(np.float64)
     N = lg.shape[0] // 2
-    keep, mix = (inputs["keep"], inputs["mix"]) if per_column else (3.0, 2.0)
-    z = keep * lg[:N] - mix * lg[N:]
-    zmax = z.max(axis=1, keepdims=True)
-    lp = z - zmax - np.log(np.exp(z - zmax).sum(axis=1, keepdims=True)) + inputs["bias"]
+    lp = guided(lg[:N], lg[N:], inputs["mix"].astype(np.float64) if per_column else 2.0) + inputs["bias"]
     np.testing.assert_array_equal(pred, lp.argmax(axis=1))
     assert (pred != lg.shape[1] - 1).all()
     np.testing.assert_allclose(score, lp.max(axis=1), rtol=0, atol=2e-5)
