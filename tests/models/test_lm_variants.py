@@ -26,7 +26,7 @@ def prompts():
     return [random_prompt(rng, 23, 17, 31), random_prompt(rng, 11, 0, 20)]
 
 
-def step(runtime, path, prompts, variant: Variant, kv_type: int | None = None):
+def step(runtime, path, prompts, variant: Variant | None, kv_type: int | None = None):
     lm = LanguageModel(runtime, path, stack_projections=True, variant=variant)
     try:
         if kv_type is not None:
@@ -110,3 +110,79 @@ def test_attention_written_as_its_products_input(runtime, k256_bf16, n_prompts):
     base = step(runtime, k256_bf16, prompts, Variant(kv_rows=True, fused_casts=True, cast_scratch=True))
     out = step(runtime, k256_bf16, prompts, Variant(kv_rows=True, fused_casts=True, cast_scratch=True, attn_cast=True))
     assert_same(out, base, bitwise=False, bound=1e-5)
+
+
+def logits_without(runtime, path, prompts, switch: str, tmp_path):
+    """step()'s outputs of the default graph on `runtime`'s device, not asked for exact float32 (the tests' runtime
+    is: CUDA then keeps F32 K/V and plain attention), in a second process with ggml's `switch` set (ggml reads its
+    switches once a process), as a fused kernel's test compares them with its own outputs."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "prompts.pkl").write_bytes(pickle.dumps(prompts))
+    code = ("import sys, pickle; from omnivoice.ggml import Runtime; from tests.models.test_lm_variants import step; "
+            "prompts = pickle.loads(open(sys.argv[3], 'rb').read()); "
+            "rt = Runtime(sys.argv[1], exact_f32=False); "
+            "open(sys.argv[4], 'wb').write(pickle.dumps(step(rt, sys.argv[2], prompts, None)))")
+    subprocess.run([sys.executable, "-c", code, runtime.device.spec, str(path), str(tmp_path / "prompts.pkl"),
+                    str(tmp_path / "out.pkl")], env=dict(os.environ, **{switch: "1"}),
+                   cwd=Path(__file__).resolve().parents[2], check=True, timeout=300)
+    return pickle.loads((tmp_path / "out.pkl").read_bytes())
+
+
+def step_and_kernels(runtime, path, prompts):
+    """step()'s outputs of the default graph and the names of the CUDA kernels it ran (torch's profiler: CUPTI sees
+    ggml's kernels too), None for the names where torch or its CUDA is missing (the H200 image has both)."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return step(runtime, path, prompts, None), None
+    if not torch.cuda.is_available():
+        return step(runtime, path, prompts, None), None
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        out = step(runtime, path, prompts, None)
+    return out, {ev.name for ev in prof.events() if ev.device_type.name == "CUDA"}
+
+
+def assert_fused(runtime, path, prompts, switch: str, kernel: str, tmp_path):
+    """The default graph as a user's process runs it (F16 K/V, flash attention, padded buckets for several prompts)
+    gives the logits it gives with the fusion switched off, bit for bit, and (where the kernels can be seen) runs
+    the fused kernel."""
+    from omnivoice.ggml import Runtime
+
+    base = logits_without(runtime, path, prompts, switch, tmp_path)
+    with Runtime(runtime.device.spec, exact_f32=False) as rt:
+        out, kernels = step_and_kernels(rt, path, prompts)
+    assert_same(out, base, bitwise=True)
+    if kernels is not None:
+        assert any(kernel in name for name in kernels), f"no {kernel} among {sorted(kernels)}"
+
+
+def three_prompts():
+    rng = np.random.default_rng(22)
+    return [random_prompt(rng, 23, 17, 31), random_prompt(rng, 11, 0, 20), random_prompt(rng, 30, 5, 40)]
+
+
+@pytest.mark.parametrize("n_prompts", [1, 3])
+def test_qkv_rope_by_position_equals_the_kernels_it_replaces(runtime, k256_bf16, n_prompts, tmp_path):
+    """ggml patch 0022 (CUDA): a layer's q and k RMSNorm x weight + RoPE and V's F16 rows computed a position a block
+    give the logits of the kernels they replace bit for bit. One prompt: q as its own tensor; three: q, K and V
+    into the padded buckets' rows. The default CUDA graph; the k256 model's head size 128 is one the kernel takes."""
+    if runtime.device.backend.lower() != "cuda" or not built_with_patch("0022-"):
+        pytest.skip(f"patch 0022's kernel is CUDA's; {runtime.device.spec} has none of this build")
+    assert_fused(runtime, k256_bf16, three_prompts()[:n_prompts], "GGML_CUDA_DISABLE_QKV_ROPE_POSITION",
+                 "rms_norm_mul_rope_qkv_pos_f32", tmp_path)
+
+
+@pytest.mark.parametrize("model", ["tiny_f32", "k256_bf16"])
+def test_embedding_in_one_kernel_equals_its_kernels(runtime, tiny_gguf, k256_bf16, model, tmp_path):
+    """ggml patch 0023 (CUDA): the input embedding (the text row, the sum of the eight codebooks' rows, the masks) as
+    one kernel gives the logits of its twelve kernels bit for bit, with F32 tables (tiny) and BF16 ones (k256)."""
+    if runtime.device.backend.lower() != "cuda" or not built_with_patch("0023-"):
+        pytest.skip(f"patch 0023's kernel is CUDA's; {runtime.device.spec} has none of this build")
+    path = tiny_gguf["f32"] if model == "tiny_f32" else k256_bf16
+    assert_fused(runtime, path, three_prompts(), "GGML_CUDA_DISABLE_EMBED_SUM", "k_embed_sum", tmp_path)
