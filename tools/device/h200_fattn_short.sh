@@ -13,8 +13,9 @@
 # off arm's environment, so that the script A/Bs a later patch's switch too (0009:
 # OFF=GGML_CUDA_DISABLE_FATTN_CONCAT=1); ARM_<name> is another arm's environment (0013: ARMS="off scratch on"
 # OFF=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts ARM_scratch=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts,cast_scratch);
-# TESTS replaces step 1's test paths (PYTEST_ARGS adds to them); BENCH=0 skips step 4; REQUEST_PROFILE=1 adds tools/request_profile.py (a request's phases, the codec's kernels)
-# before it; TF32=default runs step 4 with ggml's TF32 (a user's setting).
+# TESTS replaces step 1's test paths (PYTEST_ARGS adds to them); BENCH=0 skips step 4; REQUEST_PROFILE=1 adds
+# tools/request_profile.py (a request's phases, the codec's kernels) before it; TF32=default runs step 4 with
+# ggml's TF32 (a user's setting).
 # Results in $OUT: h200_fattn_short.log, tests-cuda.log, logits_ab.md, steps.jsonl, bench-cuda.json/.md
 # (request_profile.json).
 #

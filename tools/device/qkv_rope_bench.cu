@@ -8,7 +8,7 @@
 //              read where base reads it twice), then V's row as float4s
 // Every variant's outputs are compared with base's bit for bit; base's with a double-precision CPU model of the
 // chain. Compiled as ggml's CUDA sources are (-use_fast_math), so sinf/cosf/powf are the same instructions.
-// Results: BENCHMARKS.md, "Patch 0022".
+// Results: BENCHMARKS.md, "Patches 0022 and 0023" (the kernel as patch 0022 has it, eight warps a position).
 //
 //     nvcc -O3 -arch=sm_90 -std=c++17 -use_fast_math -Xptxas -v -o /tmp/qrb tools/device/qkv_rope_bench.cu && /tmp/qrb
 #include <cuda_fp16.h>
