@@ -13,7 +13,8 @@
 # off arm's environment, so that the script A/Bs a later patch's switch too (0009:
 # OFF=GGML_CUDA_DISABLE_FATTN_CONCAT=1); ARM_<name> is another arm's environment (0013: ARMS="off scratch on"
 # OFF=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts ARM_scratch=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts,cast_scratch);
-# TESTS replaces step 1's test paths (PYTEST_ARGS adds to them); BENCH=0 skips step 4; REQUEST_PROFILE=1 adds
+# TESTS replaces step 1's test paths (PYTEST_ARGS adds to them; TESTS=none skips step 1), SHAPES step 3's and
+# BENCH_CASES step 4's; BENCH=0 skips step 4; REQUEST_PROFILE=1 adds
 # tools/request_profile.py (a request's phases, the codec's kernels) before it; TF32=default runs step 4 with
 # ggml's TF32 (a user's setting).
 # Results in $OUT: h200_fattn_short.log, tests-cuda.log, logits_ab.md, steps.jsonl, bench-cuda.json/.md
@@ -26,12 +27,14 @@ source tools/device/batch_setup.sh || exit 1
 rm -f "$OUT/checkpoint.log"  # (a device call brings back eight files)
 OFF=${OFF:-GGML_CUDA_DISABLE_FATTN_SHORT=1}
 
-stamp "tests on CUDA"
-OMNIVOICE_TEST_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider -rs \
-  ${TESTS:-tests/nn/test_ops.py tests/ggml/test_binding.py tests/models tests/engine} ${PYTEST_ARGS:-} \
-  > "$OUT/tests-cuda.log" 2>&1
-tail -12 "$OUT/tests-cuda.log"
-grep -qE "[0-9]+ (failed|error)" "$OUT/tests-cuda.log" && { stamp "tests failed: stop"; exit 1; }
+if [ "${TESTS:-}" != none ]; then
+  stamp "tests on CUDA"
+  OMNIVOICE_TEST_BACKEND=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider -rs \
+    ${TESTS:-tests/nn/test_ops.py tests/ggml/test_binding.py tests/models tests/engine} ${PYTEST_ARGS:-} \
+    > "$OUT/tests-cuda.log" 2>&1
+  tail -12 "$OUT/tests-cuda.log"
+  grep -qE "[0-9]+ (failed|error)" "$OUT/tests-cuda.log" && { stamp "tests failed: stop"; exit 1; }
+fi
 
 # arms: off (ggml's kernels), on (the kernel; per-segment calls and a concat), one (the kernel over one call
 # with a block-diagonal mask: the one_attention graph variant)
@@ -56,7 +59,7 @@ for r in 1 2; do
     prof=$([ "$r" = 1 ] && echo "${PROFILE:-1}" || echo 0)
     stamp "$arm, round $r"
     env ${ENVS[$arm]} timeout 120 python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --quants bf16 --backend cuda \
-      --repeats 5 --shapes auto5,clone5,auto20 --profile "$prof" --json "$OUT/steps.jsonl" --label "$arm-$r" 2>&1 |
+      --repeats 5 --shapes "${SHAPES:-auto5,clone5,auto20}" --profile "$prof" --json "$OUT/steps.jsonl" --label "$arm-$r" 2>&1 |
       grep -E "ms/step|same shape|profile"
     [ "${BATCH:-0}" = 1 ] && env ${ENVS[$arm]} timeout 120 python3 tools/lm_step_time.py --gguf-dir "$W/gguf" \
       --quants bf16 --backend cuda --repeats 3 --shapes auto5 --batch 16,64 --profile "$prof" \
@@ -76,7 +79,7 @@ if [ "${BENCH:-1}" = 1 ] && (( $(left) > 70 )) && [ -n "${REF_SITE:-}" ]; then
   stamp "side by side with the reference (BENCH_ARM, default one; TF32 ${TF32:-off})"
   env ${ENVS[${BENCH_ARM:-one}]} timeout $(( $(left) - 10 )) python3 tools/bench.py --checkpoint "$CKPT" --gguf-dir "$W/gguf" --backend cuda \
     --quant bf16 --ref-python python3 --ref-pythonpath "$REF_SITE" --ref-dtype bfloat16 \
-    --cases auto5,clone5,auto20 --repeats 3 --warmup 1 --json "$OUT/bench-cuda.json" \
+    --cases "${BENCH_CASES:-auto5,clone5,auto20}" --repeats 3 --warmup 1 --json "$OUT/bench-cuda.json" \
     --markdown "$OUT/bench-cuda.md" 2>&1 | grep -E "^\| (auto|clone)"
 fi
 stamp "done, $(left) s left"
