@@ -39,7 +39,17 @@
 #define FATTN_SHORT_ROW    (FATTN_SHORT_D + 8)
 // dynamic shared memory: two stages of K and V chunks (and of the mask's tile where there is a mask)
 // mk: the mask's form (0: a row a query, 1: one row a sequence for all its queries)
-static size_t fattn_short_smem_bytes(const int nq, const int kc, const bool masked, const int mk = 0) {
+// (sb: one buffer of K and one of V, no mask)
+// (qs: and each warp's Q tile, 16 rows)
+static size_t fattn_short_smem_bytes(const int nq, const int kc, const bool masked, const int mk = 0, const bool sb = false,
+                                     const bool qs = false) {
+    const size_t q = qs ? (size_t) 2*nq*16*FATTN_SHORT_ROW*sizeof(half) : 0;  // 2*nq warps (gqa 2)
+    if (sb) {
+        return 2*kc*FATTN_SHORT_ROW*sizeof(half) + q;
+    }
+    if (qs) {
+        return 2*2*kc*FATTN_SHORT_ROW*sizeof(half) + q;
+    }
     return 2*(2*kc*FATTN_SHORT_ROW + (masked ? (mk == 1 ? kc : 16*nq*(kc + 8)) : 0))*sizeof(half);
 }
 
@@ -91,7 +101,7 @@ static __device__ __forceinline__ float fattn_ex2(const float x) {  // 2^x, MUFU
     return y;
 }
 
-template <int NQ, int KC, bool KLD, bool EX2, bool SKIP, int MK>
+template <int NQ, int KC, bool KLD, bool EX2, bool SKIP, int MK, bool SB = false, bool QS = false>
 static __device__ __forceinline__ void flash_attn_short_body(
         const char * __restrict__ Q, const char * __restrict__ K, const char * __restrict__ V,
         const char * __restrict__ mask, char * __restrict__ dst,
@@ -103,8 +113,11 @@ static __device__ __forceinline__ void flash_attn_short_body(
     constexpr float L2E = 1.4426950408889634f;
     extern __shared__ __align__(16) half fattn_short_smem[];
     half * Ks = fattn_short_smem;
-    half * Vs = Ks + 2*KC*ROW;
+    half * Vs = Ks + (SB ? 1 : 2)*KC*ROW;
     half * Ms = Vs + 2*KC*ROW;
+    static_assert(!SB || MK == 3, "SB: single buffers, no mask");
+    static_assert(!QS || (MK == 3 && KLD), "QS: no mask, K by ldmatrix");
+    half * Qw = Vs + (SB ? 1 : 2)*KC*ROW + (threadIdx.x / WARP_SIZE)*16*ROW;  // QS: this warp's Q tile [16][ROW]
 
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     const int g = lane / 4, t = lane % 4;
@@ -130,6 +143,18 @@ static __device__ __forceinline__ void flash_attn_short_body(
             const int64_t row = ok ? k0 + r : 0;
             fattn_short_cp16(Ks + (b*KC + r)*ROW + c, Kb + row*nbk1 + c*sizeof(half), ok);
             fattn_short_cp16(Vs + (b*KC + r)*ROW + c, Vb + row*nbv1 + c*sizeof(half), ok);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    // SB: K or V of chunk i into its one buffer (K's is free once the chunk before's scores are computed, V's
+    // once its P V is): a block holds half the shared memory, so more blocks fit an SM
+    auto stage1 = [&](half * S, const char * B, const int64_t nb1, const int i) {
+        const int k0 = i*KC;
+        for (int j = threadIdx.x; j < KC*(D/8); j += blockDim.x) {
+            const int r = j / (D/8), c = (j % (D/8))*8;
+            const bool ok = k0 + r < Lk;
+            const int64_t row = ok ? k0 + r : 0;
+            fattn_short_cp16(S + r*ROW + c, B + row*nb1 + c*sizeof(half), ok);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
@@ -172,7 +197,10 @@ static __device__ __forceinline__ void flash_attn_short_body(
             }
         }
     };
-    if (n > 0) {
+    if (SB && n > 0) {
+        stage1(Ks, Kb, nbk1, 0);
+        stage1(Vs, Vb, nbv1, 0);
+    } else if (n > 0) {
         stage(0);
         if (mask) {
             mask_load(0);
@@ -195,6 +223,15 @@ static __device__ __forceinline__ void flash_attn_short_body(
             qa[ks][1] = fattn_short_pack(scale*x10.x, scale*x10.y);
             qa[ks][2] = fattn_short_pack(scale*x01.x, scale*x01.y);
             qa[ks][3] = fattn_short_pack(scale*x11.x, scale*x11.y);
+            if (QS) {  // the A operand's layout: rows g and g + 8, dims ks*16 + t*2 and + 8
+                *(uint32_t *) (Qw + g*ROW + d0)           = qa[ks][0];
+                *(uint32_t *) (Qw + (g + 8)*ROW + d0)     = qa[ks][1];
+                *(uint32_t *) (Qw + g*ROW + d0 + 8)       = qa[ks][2];
+                *(uint32_t *) (Qw + (g + 8)*ROW + d0 + 8) = qa[ks][3];
+            }
+        }
+        if (QS) {
+            __syncwarp();
         }
     }
 
@@ -206,7 +243,9 @@ static __device__ __forceinline__ void flash_attn_short_body(
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     for (int i = 0; i < n; ++i) {
-        if (i + 1 < n) {
+        if (SB) {
+            asm volatile("cp.async.wait_group 1;\n" ::);  // K of chunk i (its V may still be in flight)
+        } else if (i + 1 < n) {
             stage(i + 1);
             if (mask) {
                 mask_load(i + 1);
@@ -216,7 +255,7 @@ static __device__ __forceinline__ void flash_attn_short_body(
             asm volatile("cp.async.wait_group 0;\n" ::);
         }
         __syncthreads();
-        const int k0 = i*KC, b = i % 2;
+        const int k0 = i*KC, b = SB ? 0 : i % 2;
         const half * Kc = Ks + b*KC*ROW;
         const half * Vc = Vs + b*KC*ROW;
         const half * Mc = MK == 1 ? Ms + b*KC : Ms + (b*16*NQ + qt*16)*MROW;
@@ -254,8 +293,31 @@ static __device__ __forceinline__ void flash_attn_short_body(
 
         const bool full = SKIP && k0 + KC <= Lk;  // no key of the chunk past Lk: no bounds checks
         float sc[KC/8][4];
+        if constexpr (QS) {
+            // Q's A operands from shared memory two k-steps at a time (8 registers live, not 32), each score
+            // tile accumulated in the same order as below: the same values
 #pragma unroll
-        for (int nt = 0; nt < KC/8; ++nt) {
+            for (int nt = 0; nt < KC/8; ++nt) {
+                sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+            }
+            // thread l addresses row l % 8 + (l/8 % 2)*8 of the tile, dims (l/16)*8: a0..a3 of a k-step
+            const half * qrow = Qw + (lane % 8 + ((lane/8) % 2)*8)*ROW + (lane/16)*8;
+#pragma unroll
+            for (int p = 0; p < D/32; ++p) {
+                uint32_t q0a[4], q1a[4];
+                ldsm_x4<false>(q0a, qrow + (2*p)*16);
+                ldsm_x4<false>(q1a, qrow + (2*p + 1)*16);
+#pragma unroll
+                for (int nt = 0; nt < KC/8; ++nt) {
+                    uint32_t k[4];
+                    ldsm_x4<false>(k, Kc + (nt*8 + lane % 8)*ROW + (lane/8)*8 + p*32);
+                    fattn_short_mma(sc[nt], q0a, k[0], k[1]);
+                    fattn_short_mma(sc[nt], q1a, k[2], k[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < (QS ? 0 : KC/8); ++nt) {
             sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
             if constexpr (KLD) {
                 // thread l addresses row l % 8 (key nt*8 + l % 8) of matrix l / 8 (dims (l/8)*8 of a 32-dim slab):
@@ -275,6 +337,16 @@ static __device__ __forceinline__ void flash_attn_short_body(
                     fattn_short_mma(sc[nt], qa[ks], *(const uint32_t *) (kr + ks*16), *(const uint32_t *) (kr + ks*16 + 8));
                 }
             }
+        }
+        if (SB) {
+            __syncthreads();  // every warp's scores read: K's buffer takes the next chunk
+            if (i + 1 < n) {
+                stage1(Ks, Kb, nbk1, i + 1);
+                asm volatile("cp.async.wait_group 1;\n" ::);
+            } else {
+                asm volatile("cp.async.wait_group 0;\n" ::);
+            }
+            __syncthreads();  // V of chunk i in shared memory
         }
         float cm0 = -INFINITY, cm1 = -INFINITY;
 #pragma unroll
@@ -358,6 +430,9 @@ static __device__ __forceinline__ void flash_attn_short_body(
             mask_store(i + 1);
         }
         __syncthreads();
+        if (SB && i + 1 < n) {
+            stage1(Vs, Vb, nbv1, i + 1);
+        }
     }
 
     const float i0 = l0 > 0.0f ? 1.0f/l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f/l1 : 0.0f;
@@ -385,9 +460,12 @@ struct fattn_short_args {
 // MK: the mask as the graph gives it (0: [Lk, Lq] a sequence), one row a sequence (1: [Lk] broadcast over the
 // queries), or none with each sequence's Lk its real length (2: as a lone request's segment runs; 3: the same
 // with no mask code compiled)
-#define VARIANT_PARAMS int NQ, int KC, bool KLD, bool EX2, bool SKIP, int MINB, int MK = 0
-#define VARIANT_ARGS NQ, KC, KLD, EX2, SKIP, MK
-#define VARIANT_ALL NQ, KC, KLD, EX2, SKIP, MINB, MK
+// SB: K and V single-buffered, each staged as soon as its buffer is free (no mask: MK 3); IL (pairs): the two
+// calls' query blocks interleaved along x (a, b, a, b, ...) rather than all of a's first
+// QS: each warp's Q tile in shared memory, read two k-steps at a time (no mask)
+#define VARIANT_PARAMS int NQ, int KC, bool KLD, bool EX2, bool SKIP, int MINB, int MK = 0, bool SB = false, bool IL = false, bool QS = false
+#define VARIANT_ARGS NQ, KC, KLD, EX2, SKIP, MK, SB, QS
+#define VARIANT_ALL NQ, KC, KLD, EX2, SKIP, MINB, MK, SB, IL, QS
 template <VARIANT_PARAMS>
 static __global__ void __launch_bounds__(64*NQ, MINB) kernel_one(const fattn_short_args a) {
     flash_attn_short_body<VARIANT_ARGS>(FATTN_SHORT_ARGS(a), blockIdx.x);
@@ -395,10 +473,17 @@ static __global__ void __launch_bounds__(64*NQ, MINB) kernel_one(const fattn_sho
 
 template <VARIANT_PARAMS>
 static __global__ void __launch_bounds__(64*NQ, MINB) kernel_pair(const fattn_short_args a, const fattn_short_args b, const int nbx) {
-    if ((int) blockIdx.x < nbx) {
-        flash_attn_short_body<VARIANT_ARGS>(FATTN_SHORT_ARGS(a), blockIdx.x);
+    int x = blockIdx.x;
+    bool first = x < nbx;
+    if (IL) {
+        const int both = min(nbx, (int) gridDim.x - nbx);
+        first = x < 2*both ? x % 2 == 0 : nbx > both;
+        x = x < 2*both ? x / 2 + (first ? 0 : nbx) : x - both + (first ? 0 : nbx);
+    }
+    if (first) {
+        flash_attn_short_body<VARIANT_ARGS>(FATTN_SHORT_ARGS(a), x);
     } else {
-        flash_attn_short_body<VARIANT_ARGS>(FATTN_SHORT_ARGS(b), blockIdx.x - nbx);
+        flash_attn_short_body<VARIANT_ARGS>(FATTN_SHORT_ARGS(b), x - nbx);
     }
 }
 
@@ -490,7 +575,7 @@ static double ref_err(const Call & c, const std::vector<char> & o, std::initiali
 
 template <VARIANT_PARAMS>
 static void launch(const std::vector<Call *> & cs) {
-    const size_t smem = fattn_short_smem_bytes(NQ, KC, cs[0]->masked && MK < 2, MK);
+    const size_t smem = fattn_short_smem_bytes(NQ, KC, cs[0]->masked && MK < 2, MK, SB, QS);
     CHECK(cudaFuncSetAttribute(kernel_one<VARIANT_ALL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CHECK(cudaFuncSetAttribute(kernel_pair<VARIANT_ALL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (cs.size() == 2) {
@@ -514,7 +599,24 @@ static const Variant LONE[] = {
     {"kld ex2 kc32 4/SM", launch<2, 32, true, true, false, 4>},
     {"kld ex2 nomask", launch<2, 64, true, true, false, 1, 3>},
     {"kld ex2 nomask 3/SM", launch<2, 64, true, true, false, 3, 3>},
+    // the blocks of a 590 + 500 pair spread over more of the SMs' places (2026-12-03): all bit-identical to nomask
+    {"nomask il", launch<2, 64, true, true, false, 1, 3, false, true>},
+    {"nomask 3/SM il", launch<2, 64, true, true, false, 3, 3, false, true>},
+    {"nomask sb", launch<2, 64, true, true, false, 1, 3, true>},
+    {"nomask sb 3/SM", launch<2, 64, true, true, false, 3, 3, true>},
+    {"nomask sb 3/SM il", launch<2, 64, true, true, false, 3, 3, true, true>},
+    {"nomask nq1 sb 4/SM", launch<1, 64, true, true, false, 4, 3, true>},
+    {"nomask nq1 sb 4/SM il", launch<1, 64, true, true, false, 4, 3, true, true>},
+    {"nomask nq1 sb 5/SM", launch<1, 64, true, true, false, 5, 3, true>},
+    {"nomask nq1 sb 5/SM il", launch<1, 64, true, true, false, 5, 3, true, true>},
+    {"nomask nq1 sb 6/SM", launch<1, 64, true, true, false, 6, 3, true>},
+    {"nomask qs", launch<2, 64, true, true, false, 1, 3, false, false, true>},
+    {"nomask qs 3/SM", launch<2, 64, true, true, false, 3, 3, false, false, true>},
+    {"nomask sb qs 3/SM", launch<2, 64, true, true, false, 3, 3, true, false, true>},
+    {"nomask nq1 sb qs 5/SM", launch<1, 64, true, true, false, 5, 3, true, false, true>},
+    {"nomask nq1 sb qs 5/SM il", launch<1, 64, true, true, false, 5, 3, true, true, true>},
 };
+static const int LONE_NOMASK = 8;  // the lone request's kernel as patched (patch 0020): the variants below it match it bit for bit
 static const Variant PACKED[] = {
     {"base", launch<4, 64, false, false, false, 1>}, {"kld ex2", launch<4, 64, true, true, false, 1>},
     {"kld ex2 nq2", launch<2, 64, true, true, false, 1>}, {"kld ex2 nq2 kc32", launch<2, 32, true, true, false, 1>},
@@ -581,6 +683,7 @@ int main(int argc, char ** argv) {
 
     for (auto & cs : cases) {
         std::vector<char> base, second;  // second: the second variant's output (kld ex2 for the buckets)
+        std::vector<char> nomask;        // a lone request's pair: both outputs of LONE[LONE_NOMASK]
         printf("%s\n", cs.name.c_str());
         const bool packed = cs.nq == 4;
         const Variant * vs = packed ? PACKED : LONE;
@@ -593,9 +696,24 @@ int main(int argc, char ** argv) {
                 continue;
             }
             const float us = time_us(v.f, cs.calls, 200);
+            for (const Call * c : cs.calls) {
+                CHECK(cudaMemset(c->out, 0xFF, c->out_bytes()));  // NaN: a row a variant skips shows
+            }
             v.f(cs.calls);
             const auto o = fetch(*cs.calls[0]);
             printf("    %-14s %8.2f us", v.name, us);
+            if (!packed && (int) i >= LONE_NOMASK) {  // both calls' outputs, byte for byte
+                std::vector<char> all;
+                for (const Call * c : cs.calls) {
+                    const auto oc = fetch(*c);
+                    all.insert(all.end(), oc.begin(), oc.end());
+                }
+                if ((int) i == LONE_NOMASK) {
+                    nomask = all;
+                } else {
+                    printf("  [%s nomask's bytes]", all == nomask ? "equal to" : "DIFFERENT from");
+                }
+            }
             if (base.empty()) {
                 base = o;
                 if (cs.check) printf("  (against float64: %.2e)", ref_err(*cs.calls[0], o, {0, 5}));

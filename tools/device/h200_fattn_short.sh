@@ -13,7 +13,8 @@
 # off arm's environment, so that the script A/Bs a later patch's switch too (0009:
 # OFF=GGML_CUDA_DISABLE_FATTN_CONCAT=1); ARM_<name> is another arm's environment (0013: ARMS="off scratch on"
 # OFF=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts ARM_scratch=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts,cast_scratch);
-# TESTS replaces step 1's test paths (PYTEST_ARGS adds to them; TESTS=none skips step 1), SHAPES step 3's and
+# TESTS replaces step 1's test paths (PYTEST_ARGS adds to them; TESTS=none skips step 1), LOGIT_SHAPES step 2's,
+# SHAPES step 3's and
 # BENCH_CASES step 4's; BENCH=0 skips step 4; REQUEST_PROFILE=1 adds
 # tools/request_profile.py (a request's phases, the codec's kernels) before it; TF32=default runs step 4 with
 # ggml's TF32 (a user's setting).
@@ -46,7 +47,8 @@ for arm in $ARMS; do  # another arm's environment: ARM_<name>
 done
 stamp "logits of each arm against off"
 for arm in $ARMS; do
-  env ${ENVS[$arm]} python3 tools/lm_logits_ab.py dump --gguf "$MODEL" --backend cuda --out /tmp/fattn-$arm.npz |
+  env ${ENVS[$arm]} python3 tools/lm_logits_ab.py dump --gguf "$MODEL" --backend cuda --out /tmp/fattn-$arm.npz \
+    --shapes "${LOGIT_SHAPES:-auto5,clone5,auto20}" |
     tail -1
 done
 for arm in ${ARMS#off }; do
