@@ -13,6 +13,9 @@
 //   rowmask the buckets' mask as one row a sequence, broadcast over its queries (the row staged a chunk ahead, a
 //          chunk whose row is all zero adds nothing): what the full [Lk, Lq] mask costs the kernel (patch 0019)
 //   lengths no mask at all, each sequence's Lk its real length, as a lone request's segment runs: the bound
+//   sb/qs/il a lone request's pair without mask in more, smaller blocks: K and V single-buffered, each warp's Q
+//          tile in shared memory (fewer registers), the two calls' blocks interleaved; each checked byte for byte
+//          against `kld ex2 nomask` (draft patch 0025, docs/results/h200-2026-12-03-wide/)
 // Each variant's output is checked against base (max abs difference) and base against a double-precision CPU
 // reference on two heads. `--ncu` runs each configuration once (for Nsight Compute). Results: BENCHMARKS.md,
 // "The short-sequence attention kernel measured alone".
