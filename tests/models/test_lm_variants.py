@@ -190,4 +190,3 @@ def test_embedding_in_one_kernel_equals_its_kernels(runtime, tiny_gguf, k256_bf1
         pytest.skip(f"patch 0023's kernel is CUDA's; {runtime.device.spec} has none of this build")
     path = tiny_gguf["f32"] if model == "tiny_f32" else k256_bf16
     assert_fused(runtime, path, three_prompts(), "GGML_CUDA_DISABLE_EMBED_SUM", "k_embed_sum", tmp_path)
-
