@@ -14,10 +14,8 @@
 # OFF=GGML_CUDA_DISABLE_FATTN_CONCAT=1); ARM_<name> is another arm's environment (0013: ARMS="off scratch on"
 # OFF=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts ARM_scratch=OMNIVOICE_LM_VARIANT=kv_rows,fused_casts,cast_scratch);
 # TESTS replaces step 1's test paths (PYTEST_ARGS adds to them; TESTS=none skips step 1), LOGIT_SHAPES step 2's,
-# SHAPES step 3's and
-# BENCH_CASES step 4's; BENCH=0 skips step 4; REQUEST_PROFILE=1 adds
-# tools/request_profile.py (a request's phases, the codec's kernels) before it; TF32=default runs step 4 with
-# ggml's TF32 (a user's setting).
+# SHAPES step 3's and BENCH_CASES step 4's; BENCH=0 skips step 4; REQUEST_PROFILE=1 adds tools/request_profile.py
+# (a request's phases, the codec's kernels) before it; TF32=default runs step 4 with ggml's TF32 (a user's setting).
 # Results in $OUT: h200_fattn_short.log, tests-cuda.log, logits_ab.md, steps.jsonl, bench-cuda.json/.md
 # (request_profile.json).
 #
