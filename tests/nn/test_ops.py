@@ -678,21 +678,22 @@ def test_conv1d(run, rng, stride, padding, dilation, groups, K):
     assert rel_err(y, want) < 1e-5
 
 
-@pytest.mark.parametrize("IC", [8, 5])
+@pytest.mark.parametrize("IC,OC", [(8, 12), (5, 12), (8, 1)])
 @pytest.mark.parametrize("cpu", [False, True, "sets"])
 @pytest.mark.parametrize("stride,padding,dilation,K",
                          [(1, 3, 1, 7), (1, 9, 3, 7), (1, 27, 9, 7), (5, 0, 1, 10), (2, 1, 1, 4), (3, 2, 1, 6),
                           (1, 0, 1, 1), (1, 1, 1, 3), (1, 70, 1, 3)])
-def test_conv1d_channels_last(run, cpu_run, rng, stride, padding, dilation, K, cpu, IC, monkeypatch):
+def test_conv1d_channels_last(run, cpu_run, rng, stride, padding, dilation, K, cpu, IC, OC, monkeypatch):
     """The DAC's layout: x [IC, T] (numpy (T, IC)), weight rows tap-major (conv_weight_cl); columns written by
     one IM2COL node (GPU backends; on any backend), or on the CPU by the package's C kernel, or (builds without
     it, "sets") into an empty CPU node tap by tap, its padding zeroed (padding 70 > T: all padding). IC 8 and 5:
-    rows of whole float4s or not (ggml patch 0010's row copies on CUDA)."""
+    rows of whole float4s or not (ggml patch 0010's row copies on CUDA). One output channel (the DAC's last
+    conv) at stride 1: no columns, each tap's product and strided views of it added."""
     if cpu == "sets":
         from omnivoice.nn import conv
 
         monkeypatch.setattr(conv, "ops", None)
-    OC, T = 12, 57
+    T = 57
     x = rng.standard_normal((IC, T)).astype(np.float32)
     w = rng.standard_normal((OC, IC, K)).astype(np.float32)
     b = rng.standard_normal(OC).astype(np.float32)
