@@ -4,9 +4,10 @@ Two activation layouts: [T, C] (time contiguous, ggml ne order; `conv1d`, `conv_
 what HuBERT and the semantic encoder use) and channels-last [C, T] (`conv1d_cl`, `conv_transpose1d_cl`: the DAC
 codec). In channels-last a kernel-1 conv is one product on the activation itself, a kernel-K conv one product on
 K shifted views of it copied side by side (plain row copies, where im2col gathers scalars across channel rows,
-and its threads share cache lines), and a transposed conv one product plus one add of two views. With Snake as
-one CPU node (`snake(cpu=True)`) the decoder's graph for 5 s of audio went from 2.69 to 1.60 s on the 2-core
-Zen 3 (tools/op_profile.py; BENCHMARKS.md). On the CPU the codec's loader packs the DAC's weights for the FMA
+and its threads share cache lines; with one output channel, each tap's product and shifted views of it added),
+and a transposed conv one product plus one add of two views. With Snake as one CPU node (`snake(cpu=True)`) the
+decoder's graph for 5 s of audio went from 2.69 to 1.60 s on the 2-core Zen 3 (tools/op_profile.py;
+BENCHMARKS.md). On the CPU the codec's loader packs the DAC's weights for the FMA
 kernel (`fma.PackedConv`): each conv, transposed or not, is then one node that reads x where it lies.
 """
 
@@ -114,8 +115,8 @@ def _one_output_conv(ctx, x, w, t_out: int, padding: int, dilation: int, cpu: bo
     = w_k . x_t), then out[t] = sum over k of y[k, t + k*dilation - padding] (zeros outside x): K strided views
     of y padded, added in tap order. The columns [IC*K, T_out] are never written: for the DAC's last conv (32
     channels, 7 taps, 480 000 samples for 20 s) they were 430 MB written by IM2COL and read back by a
-    matrix-vector kernel, 0.6 ms of that kernel alone in a 9.2 ms decode on the H200
-    (tools/request_profile.py)."""
+    matrix-vector kernel, 0.6 ms of that kernel alone in a 9.2 ms decode on the H200; 8.4 ms with this
+    (tools/request_profile.py, BENCHMARKS.md)."""
     IC, K = x.ne[0], w.ne[1]
     y = lib.ggml_mul_mat(ctx, lib.ggml_reshape_2d(ctx, w, IC, K), x)                 # [K, T]
     if padding:

@@ -11,7 +11,7 @@
 # BASE=DIR (an earlier tree's omnivoice/ and tools/: `git archive COMMIT omnivoice tools | tar -x -C ab-base`) also
 # profiles that tree's requests on this build, before this tree's (request_profile_base.json): a graph change's A/B.
 # TEST_PATHS replaces TESTS=1's test paths, SHAPES=none skips the LM steps, BENCH_CASES the bench's cases;
-# TF32=default runs everything after the tests with ggml's TF32.
+# TF32=default runs everything after the tests with ggml's TF32 (TF32_AB=1 sets it itself).
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib TESTS=1 BENCH=1 bash tools/device/h200_request_profile.sh  # carry .whl .devcarry
 set -uo pipefail
 LOG=request_profile.log; BUDGET_S=${BUDGET_S:-560}  # batch_setup.sh: $OUT, the log, t0, stamp, left
@@ -25,7 +25,7 @@ if [ "${TESTS:-0}" = 1 ]; then
   grep -qE "[0-9]+ (failed|error)" "$OUT/tests-cuda.log" && { stamp "tests failed: stop"; exit 1; }
 fi
 # TF32=default: ggml's TF32 for the codec's F32 products from here on, as a user's process has it (not the tests')
-[ "${TF32:-off}" = default ] && unset NVIDIA_TF32_OVERRIDE
+[ "${TF32:-off}" = default ] && [ "${TF32_AB:-0}" != 1 ] && unset NVIDIA_TF32_OVERRIDE
 profile() {  # $1: the JSON's name ($2: the tree, default this one)
   (cd "${2:-.}" && timeout 240 python3 tools/request_profile.py --model "$W/gguf" --backend cuda \
     --cases "${CASES:-clone5,auto5,auto20}" --rounds "${ROUNDS:-5}" --json "$OUT/$1.json" 2>&1 |
