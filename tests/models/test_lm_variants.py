@@ -112,10 +112,10 @@ def test_attention_written_as_its_products_input(runtime, k256_bf16, n_prompts):
     assert_same(out, base, bitwise=False, bound=1e-5)
 
 
-def run_elsewhere(runtime, path, prompts, env: dict[str, str], tmp_path):
-    """step_and_kernels() of the default graph on `runtime`'s device, not asked for exact float32 (the tests' runtime
-    is: CUDA then keeps F32 K/V and plain attention), in a second process with ggml's switches `env` set (ggml reads
-    its switches once a process): what a fused kernel's test compares with."""
+def logits_without(runtime, path, prompts, switch: str, tmp_path):
+    """step()'s outputs of the default graph on `runtime`'s device, not asked for exact float32 (the tests' runtime
+    is: CUDA then keeps F32 K/V and plain attention), in a second process with ggml's `switch` set (ggml reads its
+    switches once a process), as a fused kernel's test compares them with its own outputs."""
     import os
     import pickle
     import subprocess
@@ -123,13 +123,12 @@ def run_elsewhere(runtime, path, prompts, env: dict[str, str], tmp_path):
     from pathlib import Path
 
     (tmp_path / "prompts.pkl").write_bytes(pickle.dumps(prompts))
-    code = ("import sys, pickle; from omnivoice.ggml import Runtime; "
-            "from tests.models.test_lm_variants import step_and_kernels; "
+    code = ("import sys, pickle; from omnivoice.ggml import Runtime; from tests.models.test_lm_variants import step; "
             "prompts = pickle.loads(open(sys.argv[3], 'rb').read()); "
             "rt = Runtime(sys.argv[1], exact_f32=False); "
-            "open(sys.argv[4], 'wb').write(pickle.dumps(step_and_kernels(rt, sys.argv[2], prompts)))")
+            "open(sys.argv[4], 'wb').write(pickle.dumps(step(rt, sys.argv[2], prompts, None)))")
     subprocess.run([sys.executable, "-c", code, runtime.device.spec, str(path), str(tmp_path / "prompts.pkl"),
-                    str(tmp_path / "out.pkl")], env=dict(os.environ, **env),
+                    str(tmp_path / "out.pkl")], env=dict(os.environ, **{switch: "1"}),
                    cwd=Path(__file__).resolve().parents[2], check=True, timeout=300)
     return pickle.loads((tmp_path / "out.pkl").read_bytes())
 
@@ -149,21 +148,18 @@ def step_and_kernels(runtime, path, prompts):
     return out, {ev.name for ev in prof.events() if ev.device_type.name == "CUDA"}
 
 
-def assert_kernel(kernels, kernel: str):
-    if kernels is not None:  # where the kernels can be seen
-        assert any(kernel in name for name in kernels), f"no {kernel} among {sorted(kernels)}"
-
-
 def assert_fused(runtime, path, prompts, switch: str, kernel: str, tmp_path):
     """The default graph as a user's process runs it (F16 K/V, flash attention, padded buckets for several prompts)
-    gives the logits it gives with the fusion switched off, bit for bit, and runs the fused kernel."""
+    gives the logits it gives with the fusion switched off, bit for bit, and (where the kernels can be seen) runs
+    the fused kernel."""
     from omnivoice.ggml import Runtime
 
-    base, _ = run_elsewhere(runtime, path, prompts, {switch: "1"}, tmp_path)
+    base = logits_without(runtime, path, prompts, switch, tmp_path)
     with Runtime(runtime.device.spec, exact_f32=False) as rt:
         out, kernels = step_and_kernels(rt, path, prompts)
     assert_same(out, base, bitwise=True)
-    assert_kernel(kernels, kernel)
+    if kernels is not None:
+        assert any(kernel in name for name in kernels), f"no {kernel} among {sorted(kernels)}"
 
 
 def three_prompts():

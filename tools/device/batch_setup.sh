@@ -21,6 +21,12 @@ W=${BENCH_WORK:-/tmp/ovbench}; mkdir -p "$W"
 t0=${t0:-$(date +%s)}
 stamp() { echo "== $(( $(date +%s) - t0 ))s: $*"; }
 left() { echo $(( ${BUDGET_S:-560} - ($(date +%s) - t0) )); }
+# base_tree TOOL: the A/B scripts' BASE (an earlier tree's omnivoice/ and tools/) holds tools/TOOL and gets this
+# build's ggml libraries and bindings, so that both trees run on one build
+base_tree() {
+  [ -f "$BASE/tools/$1" ] || { echo "BASE=$BASE holds no tools/$1"; return 1; }
+  cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$BASE/omnivoice/ggml/"
+}
 
 if [ "$BACKEND" = cuda ]; then
   QUANT=bf16

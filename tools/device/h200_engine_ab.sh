@@ -21,8 +21,7 @@ LOG=h200_engine_ab.log  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 N=${N:-64}; STEPS=${STEPS:-32}; ROUNDS=${ROUNDS:-2}; RUNS=${RUNS:-/tmp/engine_ab}; mkdir -p "$RUNS"
 if [ -n "${BASE:-}" ]; then
-  [ -f "$BASE/tools/batch_bench.py" ] || { echo "BASE=$BASE holds no tools/batch_bench.py"; exit 1; }
-  cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$BASE/omnivoice/ggml/" || exit 1
+  base_tree batch_bench.py || exit 1
 fi
 
 run() {  # label, tree, extra batch_bench arguments...

@@ -32,8 +32,7 @@ profile() {  # $1: the JSON's name ($2: the tree, default this one)
     grep -vE "UserWarning|_warn_once")
 }
 if [ -n "${BASE:-}" ]; then
-  [ -f "$BASE/tools/request_profile.py" ] || { echo "BASE=$BASE holds no tools/request_profile.py"; exit 1; }
-  cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$BASE/omnivoice/ggml/" || exit 1
+  base_tree request_profile.py || exit 1
   stamp "request phases and codec kernels of BASE ($BASE)"
   profile request_profile_base "$BASE"
 fi

@@ -17,8 +17,8 @@ set -uo pipefail
 LOG=h200_tree_ab.log; BUDGET_S=${BUDGET_S:-570}  # batch_setup.sh: $OUT, the log, t0, stamp, left
 source tools/device/batch_setup.sh || exit 1
 rm -f "$OUT/checkpoint.log" "$OUT/ops-build.log"  # (a device call brings back eight files)
-[ -f "${BASE:?BASE=the earlier tree}/tools/lm_step_time.py" ] || { echo "BASE=$BASE holds no tools/lm_step_time.py"; exit 1; }
-cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$BASE/omnivoice/ggml/" || exit 1
+: "${BASE:?BASE=the earlier tree}"
+base_tree lm_step_time.py || exit 1
 
 if [[ " ${SKIP:-} " != *" tests "* ]]; then
   stamp "tests on CUDA"
