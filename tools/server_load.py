@@ -3,12 +3,18 @@
 
     python tools/server_load.py --url http://127.0.0.1:8000 [--api-key KEY]
     python tools/server_load.py --model M.gguf --codec C.gguf --backend cuda      # starts its own server
+    python tools/server_load.py --model M.gguf --codec C.gguf --backend cuda --in-process   # the engine alone
 
 1. Time to first audio byte: a three-sentence text streamed (stream_format audio, pcm), from sending the
    request to the first byte of audio; --ttfb-repeats times, one after another.
 2. For each client count C: C clients each send --requests whole requests (pcm) one after another (closed
-   loop; the first round of one request each is a warm-up that is not counted when --warmup). Reported: audio
-   seconds produced per wall second, requests per second, and request latency p50 / p95.
+   loop; the first round of one request each is a warm-up that is not counted when --warmup), all of one
+   sentence, or with --vary of 2 to 18 words in turn. Reported: audio seconds produced per wall second,
+   requests per second, and request latency p50 / p95; and, from the server's /metrics, what its engine
+   thread did meanwhile (steps, mean batch, graph switches, seconds by phase).
+
+With --in-process there is no server: the same requests (the server's schema and voices make them) go to
+`OmniVoice.engine()` in this process, so that a run beside one over HTTP shows what the web layer costs.
 
 Results go to stdout as a Markdown table and, with --json, to a file (with the host's CPU, load and the
 server's device).
@@ -30,10 +36,23 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # --in-process imports omnivoice from this tree
+
 THREE = ("The first sentence is short. The second sentence is a little longer than the first one was. "
          "And the third sentence closes this small paragraph of text.")
 ONE = "The quick brown fox jumps over the lazy dog near the bank of the river."
+# --vary: each request one of these (2 to 18 words), so that the packed lengths differ as a real load's do
+VARIED = ("Good morning.",
+          "Please hold the door for me.",
+          "The quick brown fox jumps over the lazy dog near the bank of the river.",
+          "Our train leaves at seven, so pack your bags tonight and set an alarm.",
+          "She opened the old wooden box and found a letter her grandmother had written long ago, "
+          "folded twice.",
+          "Rain again today.",
+          "If the meeting runs late, start dinner without me and keep a plate warm in the oven.",
+          "Numbers, dates and names all come out clearly when the speaker takes a breath between them.")
 RATE = 24000
+PHASES = ("admit", "graph", "lm_ids", "lm_run", "lm_read", "wait", "maskgit", "decode")  # BatchEngine.timings
 
 
 def cpu_model() -> str:
@@ -53,39 +72,124 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-async def first_audio(client: httpx.AsyncClient, body: dict) -> dict:
-    """Seconds to the first audio byte and to the end of one streamed request."""
-    t0 = time.perf_counter()
-    first, n = None, 0
-    async with client.stream("POST", "/v1/audio/speech", json={**body, "stream_format": "audio",
-                                                              "response_format": "pcm"}) as r:
+class Http:
+    """The server over HTTP: whole requests (pcm), streamed ones, and its engine's counters from /metrics."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def describe(self) -> dict:
+        return (await self.client.get("/health")).json()
+
+    async def first_audio(self, body: dict) -> dict:
+        """Seconds to the first audio byte and to the end of one streamed request."""
+        t0 = time.perf_counter()
+        first, n = None, 0
+        async with self.client.stream("POST", "/v1/audio/speech",
+                                      json={**body, "stream_format": "audio", "response_format": "pcm"}) as r:
+            if r.status_code != 200:
+                raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:300]}")
+            async for chunk in r.aiter_raw():
+                if chunk and first is None:
+                    first = time.perf_counter() - t0
+                n += len(chunk)
+        return {"first_audio_s": first, "total_s": time.perf_counter() - t0, "audio_s": n / 2 / RATE}
+
+    async def one_request(self, body: dict) -> tuple[float, float]:
+        """(latency seconds, audio seconds) of one whole pcm request."""
+        t0 = time.perf_counter()
+        r = await self.client.post("/v1/audio/speech", json={**body, "response_format": "pcm"})
         if r.status_code != 200:
-            raise RuntimeError(f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:300]}")
-        async for chunk in r.aiter_raw():
-            if chunk and first is None:
-                first = time.perf_counter() - t0
-            n += len(chunk)
-    return {"first_audio_s": first, "total_s": time.perf_counter() - t0, "audio_s": n / 2 / RATE}
+            raise RuntimeError(f"HTTP {r.status_code}: {r.text[:300]}")
+        return time.perf_counter() - t0, len(r.content) / 2 / RATE
+
+    async def engine_counters(self) -> dict[str, float]:
+        """The server's omnivoice_engine_* counters from /metrics (phases as `seconds_<phase>`)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        out = {}
+        for family in text_string_to_metric_families((await self.client.get("/metrics")).text):
+            for s in family.samples:
+                if s.name.startswith("omnivoice_engine_") and s.name.endswith("_total"):
+                    key = s.name[len("omnivoice_engine_"):-len("_total")]
+                    out[f"{key}_{s.labels['phase']}" if "phase" in s.labels else key] = s.value
+        return out
 
 
-async def one_request(client: httpx.AsyncClient, body: dict) -> tuple[float, float]:
-    """(latency seconds, audio seconds) of one whole pcm request."""
-    t0 = time.perf_counter()
-    r = await client.post("/v1/audio/speech", json={**body, "response_format": "pcm"})
-    if r.status_code != 200:
-        raise RuntimeError(f"HTTP {r.status_code}: {r.text[:300]}")
-    return time.perf_counter() - t0, len(r.content) / 2 / RATE
+class InProcess:
+    """The server's engine in this process, without HTTP (--in-process): each body becomes the request the server
+    would make of it (its schema and voices), submitted to `OmniVoice.engine()` as the server's backend does. Set
+    beside a run over HTTP, it shows what the web layer costs the engine."""
+
+    def __init__(self, args) -> None:
+        from omnivoice import OmniVoice
+        from omnivoice.server.app import ServerConfig
+        from omnivoice.server.schema import SpeechRequest, synthesis_request
+        from omnivoice.server.voices import VoiceLibrary, resolve_voice
+
+        self.ov = OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads)
+        batch = args.max_batch or ServerConfig.max_batch
+        self.engine = self.ov.engine(max_batch=int(batch) if str(batch).isdigit() else batch,
+                                     max_wait_ms=float(args.max_wait_ms or ServerConfig.max_wait_ms),
+                                     max_queue=max(64, 2 * max(args.clients)))  # as start_server's --max-queue
+        library = VoiceLibrary(args.voices)
+
+        def request(body: dict):
+            speech = SpeechRequest.model_validate(body)
+            return synthesis_request(speech, *resolve_voice(library, speech.voice))
+        self.request = request
+
+    async def describe(self) -> dict:
+        return {"device": f"{self.ov.runtime.device.spec} ({self.ov.runtime.device.description}), in process",
+                "model": self.ov.model_path.name}
+
+    async def first_audio(self, body: dict) -> dict:
+        t0 = time.perf_counter()
+        job = self.engine.submit(self.request(body), stream=True)
+        pieces = iter(job.chunks())
+        first, n = None, 0
+        while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
+            first = time.perf_counter() - t0 if first is None else first
+            n += len(piece)
+        return {"first_audio_s": first, "total_s": time.perf_counter() - t0, "audio_s": n / RATE}
+
+    async def one_request(self, body: dict) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        result = await asyncio.wrap_future(self.engine.submit(self.request(body)).future)
+        return time.perf_counter() - t0, result.duration
+
+    async def engine_counters(self) -> dict[str, float]:
+        c = self.engine.counters()
+        return {**{k: v for k, v in c.items() if k != "seconds"},
+                **{f"seconds_{k}": v for k, v in c["seconds"].items()}}
+
+    def close(self) -> None:
+        self.engine.close()
+        self.ov.close()
 
 
-async def concurrent(client: httpx.AsyncClient, body: dict, clients: int, requests: int, warmup: bool) -> dict:
-    """`clients` closed-loop clients, `requests` each; figures over the counted requests."""
+def engine_share(before: dict[str, float], after: dict[str, float], wall: float) -> dict:
+    """What the engine did during a count's wall time: steps, mean requests a step, graph switches and reuses,
+    and its thread's seconds by phase (their sum against the wall: the rest is the thread waiting for requests)."""
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    phases = {k[len("seconds_"):]: v for k, v in d.items() if k.startswith("seconds_")}
+    return {"steps": d.get("steps", 0), "mean_batch": d.get("packed_requests", 0) / max(1, d.get("steps", 0)),
+            "graphs": d.get("graphs", 0), "graphs_reused": d.get("graphs_reused", 0), "seconds": phases,
+            "busy_share": sum(phases.values()) / wall}
+
+
+async def concurrent(target, body: dict, clients: int, requests: int, warmup: bool, vary: bool = False) -> dict:
+    """`clients` closed-loop clients, `requests` each (all `body`'s text, or with `vary` the VARIED texts in
+    turn); figures over the counted requests, and the engine's share of them from /metrics."""
     if warmup:
-        await asyncio.gather(*(one_request(client, {**body, "seed": 10_000 + i}) for i in range(clients)))
+        await asyncio.gather(*(target.one_request({**body, "seed": 10_000 + i}) for i in range(clients)))
     latencies, audio = [], []
+    before = await target.engine_counters()
 
     async def worker(w: int) -> None:
         for i in range(requests):
-            lat, sec = await one_request(client, {**body, "seed": w * 1000 + i})
+            text = {"input": VARIED[(w * requests + i) % len(VARIED)]} if vary else {}
+            lat, sec = await target.one_request({**body, **text, "seed": w * 1000 + i})
             latencies.append(lat)
             audio.append(sec)
 
@@ -94,25 +198,40 @@ async def concurrent(client: httpx.AsyncClient, body: dict, clients: int, reques
     wall = time.perf_counter() - t0
     return {"clients": clients, "requests": len(latencies), "wall_s": wall, "audio_s": sum(audio),
             "audio_s_per_s": sum(audio) / wall, "requests_per_s": len(latencies) / wall,
-            "p50_s": percentile(latencies, 0.5), "p95_s": percentile(latencies, 0.95)}
+            "p50_s": percentile(latencies, 0.5), "p95_s": percentile(latencies, 0.95),
+            "engine": engine_share(before, await target.engine_counters(), wall)}
+
+
+async def measure(target, args) -> tuple[dict, list[dict], list[dict]]:
+    body = {"model": "tts-1", "voice": args.voice, "num_step": args.num_step, "language": "English"}
+    health = await target.describe()
+    await target.one_request({**body, "input": ONE, "seed": 1})  # warm: graphs built, caches filled
+    ttfb = [await target.first_audio({**body, "input": THREE, "seed": 100 + i}) for i in range(args.ttfb_repeats)]
+    rows = []
+    for c in args.clients:
+        rows.append(await concurrent(target, {**body, "input": ONE}, c, args.requests, args.warmup, args.vary))
+        print(f"  {c} clients: {rows[-1]['audio_s_per_s']:.2f} audio s/s, p50 {rows[-1]['p50_s']:.2f} s",
+              file=sys.stderr)
+    return health, ttfb, rows
 
 
 async def run(args) -> dict:
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    limits = httpx.Limits(max_connections=max(args.clients) + 4, max_keepalive_connections=max(args.clients) + 4)
-    body = {"model": "tts-1", "voice": args.voice, "num_step": args.num_step, "language": "English"}
-    async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=args.timeout, limits=limits) as client:
-        health = (await client.get("/health")).json()
-        await one_request(client, {**body, "input": ONE, "seed": 1})  # warm: graphs built, caches filled
-        ttfb = [await first_audio(client, {**body, "input": THREE, "seed": 100 + i}) for i in range(args.ttfb_repeats)]
-        rows = []
-        for c in args.clients:
-            rows.append(await concurrent(client, {**body, "input": ONE}, c, args.requests, args.warmup))
-            print(f"  {c} clients: {rows[-1]['audio_s_per_s']:.2f} audio s/s, p50 {rows[-1]['p50_s']:.2f} s",
-                  file=sys.stderr)
+    if args.in_process:
+        target = InProcess(args)
+        try:
+            health, ttfb, rows = await measure(target, args)
+        finally:
+            target.close()
+    else:
+        headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+        limits = httpx.Limits(max_connections=max(args.clients) + 4,
+                              max_keepalive_connections=max(args.clients) + 4)
+        async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=args.timeout,
+                                     limits=limits) as client:
+            health, ttfb, rows = await measure(Http(client), args)
     return {"host": {"cpu": cpu_model(), "cores": os.cpu_count(), "loadavg_before": args.loadavg,
                      "loadavg_after": os.getloadavg()},
-            "server": health, "num_step": args.num_step, "voice": args.voice,
+            "server": health, "num_step": args.num_step, "voice": args.voice, "vary": args.vary,
             "first_audio": {"text": THREE, "runs": ttfb,
                             "median_s": statistics.median(r["first_audio_s"] for r in ttfb),
                             "min_s": min(r["first_audio_s"] for r in ttfb)},
@@ -134,6 +253,15 @@ def markdown(result: dict) -> str:
     for r in result["concurrency"]:
         out.append(f"| {r['clients']} | {r['requests']} | {r['audio_s_per_s']:.2f} | {r['audio_s_per_s'] / base:.2f} "
                    f"| {r['requests_per_s']:.2f} | {r['p50_s']:.2f} | {r['p95_s']:.2f} |")
+    out += ["", "The engine thread meanwhile (its counters, from /metrics over HTTP): steps, mean requests a step, "
+            "graph switches (reused), seconds by phase, and the phases' share of the wall time:", "",
+            "| clients | steps | mean batch | graphs (reused) | " + " | ".join(PHASES) + " | busy |",
+            "|---:|---:|---:|---:|" + "---:|" * len(PHASES) + "---:|"]
+    for r in result["concurrency"]:
+        e = r["engine"]
+        out.append(f"| {r['clients']} | {e['steps']:.0f} | {e['mean_batch']:.1f} | {e['graphs']:.0f} "
+                   f"({e['graphs_reused']:.0f}) | " + " | ".join(f"{e['seconds'].get(p, 0):.3f}" for p in PHASES)
+                   + f" | {e['busy_share']:.0%} |")
     return "\n".join(out)
 
 
@@ -171,12 +299,16 @@ def main(argv=None) -> int:
     p.add_argument("--clients", default="1,8,32", help="client counts (default 1,8,32)")
     p.add_argument("--requests", type=int, default=4, help="requests per client per client count (default 4)")
     p.add_argument("--warmup", action="store_true", help="one uncounted request per client before each count")
+    p.add_argument("--vary", action="store_true",
+                   help="texts of 2 to 18 words in turn (default: every request the same sentence)")
     p.add_argument("--ttfb-repeats", type=int, default=5)
     p.add_argument("--num-step", type=int, default=32, help="MaskGIT steps per request (default 32)")
     p.add_argument("--voice", default="alloy")
     p.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")
     p.add_argument("--json", help="write the results here")
-    g = p.add_argument_group("starting a server (without --url)")
+    p.add_argument("--in-process", action="store_true",
+                   help="no server: the same requests to the server's engine in this process (with --model ...)")
+    g = p.add_argument_group("starting a server (without --url), or the engine (--in-process)")
     g.add_argument("--model")
     g.add_argument("--codec")
     g.add_argument("--backend", default="auto")
@@ -191,7 +323,7 @@ def main(argv=None) -> int:
     args.clients = [int(c) for c in args.clients.split(",")]
     args.loadavg = os.getloadavg()
     proc = None
-    if not args.url:
+    if not args.url and not args.in_process:
         proc = start_server(args)
     try:
         result = asyncio.run(run(args))

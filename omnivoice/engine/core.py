@@ -153,7 +153,10 @@ class BatchEngine:
         self._member: dict[int, int] = {}   # id(task) -> group index
         self._decodes: list[_Decode] = []
         self._finished: list[Task] = []
-        self.stats = {"steps": 0, "graphs": 0, "packed_requests": 0}
+        # steps: packed graph runs collected; graphs: graph switches (the set of packed chunks changed), of which
+        # graphs_reused took a graph a closed session of the same shape left (no build: LanguageModel.max_graphs);
+        # packed_requests: the requests of every step, summed.
+        self.stats = {"steps": 0, "graphs": 0, "graphs_reused": 0, "packed_requests": 0}
         # Wall seconds by phase (what a profile of the engine needs first: device-bound or host-bound):
         # admit (voices, plans, prompts), graph (building packed graphs), the LM steps' ids, graph runs (launch
         # and wait; pipelined, a wait includes the other group's run queued before) and read-backs, wait (time
@@ -309,6 +312,7 @@ class BatchEngine:
                 return
             g.key = key
             self.stats["graphs"] += 1
+            self.stats["graphs_reused"] += bool(g.session.reused)
             self.timings["graph"] += time.perf_counter() - t0
         tokens = [t.state.tokens for t in tasks]
         if self.pipelined and any(self._group_tasks(j) for j in range(len(self._groups)) if j != i):

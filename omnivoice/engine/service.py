@@ -187,6 +187,13 @@ class Engine:
         """Requests being generated now."""
         return len(self._core.active)
 
+    def counters(self) -> dict:
+        """The engine thread's cumulative work so far: BatchEngine.stats (steps, graph switches, graphs reused,
+        requests packed into the steps, summed) and `seconds`, its wall seconds by phase (BatchEngine.timings).
+        A snapshot, readable from any thread."""
+        core = self._core
+        return {**core.stats, "seconds": dict(core.timings)}
+
     def close(self) -> None:
         """Stop the thread; requests not finished fail with Cancelled. Idempotent."""
         with self._cv:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 
 from ._ffi import LIB_DIR, ffi, lib
@@ -154,10 +155,65 @@ def cpu_features() -> frozenset[str]:
     return frozenset(names)
 
 
+class SchedulerPool:
+    """Backend schedulers of closed graphs, kept for the runtime's next graphs (Graph.allocate and close).
+
+    A scheduler is sized for a node budget (its split context alone is 6.7 KB a node) and holds its graph's
+    compute buffers. The serving engine builds an LM graph whenever its batch changes: making and freeing a
+    scheduler took 2.7 ms of a 16-request graph's build on the H200's host (6 ms of a 4-request one on a 2-core
+    Xeon), and its buffers' allocation and release came on top; kept, with the padded rows zeroed on the device
+    (weights.Zeros), that build went from 21.3 to 17.7 ms (tools/graph_build_time.py, BENCHMARKS.md). A kept
+    scheduler is reset and takes the next graph of at most its budget; its buffers grow where that graph needs more.
+    `max_kept` 0 keeps none (Runtime's default on the CPU). Thread-safe; `clear` frees every kept one (before
+    the backends go, and when memory runs short)."""
+
+    def __init__(self, max_kept: int = 2) -> None:
+        self.max_kept = max_kept
+        self._lock = threading.Lock()
+        self._kept: list[tuple[int, object]] = []  # (node budget, scheduler), oldest first
+        self.closed = False
+
+    def take(self, max_nodes: int) -> tuple[int, object] | None:
+        """(node budget, scheduler): a kept scheduler for a graph of at most `max_nodes` nodes (the smallest
+        budget that fits), or None."""
+        with self._lock:
+            fits = [i for i, (n, _) in enumerate(self._kept) if n >= max_nodes]
+            if not fits:
+                return None
+            return self._kept.pop(min(fits, key=lambda i: self._kept[i][0]))
+
+    def give(self, sched, max_nodes: int) -> None:
+        """Keep a scheduler of this node budget whose graph is done (its runs waited for), the oldest freed past
+        `max_kept`."""
+        with self._lock:
+            if self.closed or not self.max_kept:
+                lib.ggml_backend_sched_free(sched)
+                return
+            lib.ggml_backend_sched_set_eval_callback(sched, ffi.NULL, ffi.NULL)  # a profiler's (tools/op_profile)
+            lib.ggml_backend_sched_reset(sched)
+            self._kept.append((max_nodes, sched))
+            while len(self._kept) > self.max_kept:
+                lib.ggml_backend_sched_free(self._kept.pop(0)[1])
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def clear(self, close: bool = False) -> int:
+        """Free every kept scheduler (and, with `close`, every one given from now on); returns how many."""
+        with self._lock:
+            self.closed = self.closed or close
+            kept, self._kept = self._kept, []
+            n = len(kept)
+            while kept:  # detached first: see Graph.close
+                lib.ggml_backend_sched_free(kept.pop()[1])
+            return n
+
+
 class Runtime:
     """The backends one model runs on: the chosen device plus the CPU as the scheduler's fallback.
 
-    Owns the ggml backend handles; `close()` (or the context manager) frees them.
+    Owns the ggml backend handles and the schedulers its closed graphs left (`schedulers`); `close()` (or the
+    context manager) frees them.
     """
 
     def __init__(self, spec: str = "auto", n_threads: int | None = None, exact_f32: bool | None = None) -> None:
@@ -172,6 +228,9 @@ class Runtime:
         if self.device.backend.lower() == "vulkan":
             self.exact_f32 = _vulkan_mode(self.exact_f32)
         self._backends = []
+        # Schedulers kept on GPUs only: a CPU graph's compute buffer is host memory that a kept scheduler would
+        # hold (the codec encoder's for a long clip is GBs), and the CPU's steps dwarf the build it saves.
+        self.schedulers = SchedulerPool(max_kept=2 if self.device.kind != "cpu" else 0)
         self._init(dev)
         if self.device.kind != "cpu":
             _, cpu_dev = find_device("cpu")
@@ -310,6 +369,7 @@ class Runtime:
             lib.ggml_free(ctx)
 
     def close(self) -> None:
+        self.schedulers.clear(close=True)  # they point at the backends
         backends, self._backends = self._backends, []  # detached first: see Graph.close
         while backends:
             lib.ggml_backend_free(backends.pop())

@@ -147,6 +147,7 @@ class Graph:
         self._outputs: dict[str, object] = {}
         self._gf = None
         self._sched = None
+        self._sched_nodes = 0  # the scheduler's node budget (a kept one's may exceed max_nodes)
         # The run's completion event where the runtime waits per graph (None: not made yet; ffi.NULL: none to be
         # had): `wait` waits for this graph's own run, not for everything queued on the backend since (another
         # graph's run).
@@ -207,10 +208,16 @@ class Graph:
         if n_nodes >= self.max_nodes:
             raise ValueError(f"graph has {n_nodes} nodes; raise max_nodes (now {self.max_nodes})")
         backends = self.runtime.backends
-        arr = ffi.new("ggml_backend_t[]", backends)
-        self._sched = lib.ggml_backend_sched_new(arr, ffi.NULL, len(backends), self.max_nodes, False, True)
-        if self._sched == ffi.NULL:
-            raise RuntimeError("ggml_backend_sched_new failed")
+        # A closed graph's scheduler where one of a large enough budget is kept (Runtime.schedulers), else a new one
+        kept = self.runtime.schedulers.take(self.max_nodes)
+        if kept is not None:
+            self._sched_nodes, self._sched = kept
+        else:
+            arr = ffi.new("ggml_backend_t[]", backends)
+            sched = lib.ggml_backend_sched_new(arr, ffi.NULL, len(backends), self.max_nodes, False, True)
+            if sched == ffi.NULL:
+                raise RuntimeError("ggml_backend_sched_new failed")
+            self._sched_nodes, self._sched = self.max_nodes, sched
         # Each measuring pass splits the graph, and ggml's split rewires every node whose source lives on another
         # backend to a copy made in the scheduler's own context (ggml_backend_sched_split_graph), which the reset
         # after the pass frees: the sources are put back after each pass, or the final split wires the nodes to
@@ -231,16 +238,23 @@ class Graph:
         ok = lib.ggml_backend_sched_reserve(self._sched, self._gf)
         restore_sources()
         if not ok or not lib.ggml_backend_sched_alloc_graph(self._sched, self._gf):
+            sched, self._sched = self._sched, None  # not kept for another graph: its buffers are in doubt
+            lib.ggml_backend_sched_free(sched)
             raise MemoryError(f"could not allocate {self.what} on {self.runtime.device.spec} "
                               "(out of device memory)")
 
     def _check_memory(self, backends: list) -> None:
-        """Measure the compute buffers the graph needs (nothing is allocated) against what each device has."""
+        """Measure the compute buffers the graph needs (nothing is allocated) against what each device has, less
+        what the scheduler's buffers already hold (a kept scheduler's: they grow to the new size). Where that
+        falls short, the runtime's other kept schedulers are freed first."""
         sizes = ffi.new("size_t[]", len(backends))
         lib.ggml_backend_sched_reserve_size(self._sched, self._gf, sizes)
         lib.ggml_backend_sched_reset(self._sched)
         for backend, size in zip(backends, sizes):
+            size -= min(size, lib.ggml_backend_sched_get_buffer_size(self._sched, backend))
             free = memory.available(backend)
+            if free is not None and size > free and self.runtime.schedulers.clear():
+                free = memory.available(backend)
             if free is not None and size > free:
                 name = ffi.string(lib.ggml_backend_name(backend)).decode()
                 raise MemoryError(f"{self.what} needs {memory.describe(size)} of {name} memory for its "
@@ -329,7 +343,7 @@ class Graph:
         sched, self._sched = self._sched, None
         if sched is not None:
             lib.ggml_backend_sched_synchronize(sched)  # a run still queued (launch without wait) uses its buffers
-            lib.ggml_backend_sched_free(sched)
+            self.runtime.schedulers.give(sched, self._sched_nodes)  # kept for the next graph, or freed
         event, self._event, self._recorded = self._event, None, False
         if event is not None and event != ffi.NULL:
             lib.ggml_backend_event_free(event)

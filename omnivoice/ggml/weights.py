@@ -13,6 +13,7 @@ repacked layout are copied into its repack buffer instead (`upload(repack=...)`)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -45,6 +46,16 @@ def nbytes_of(ggml_type: int, ne: Iterable[int]) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Zeros:
+    """A `from_arrays` value: a tensor of this numpy dtype and shape, zeroed on the device (no host array, no
+    copy: the padded attention's Q/K/V rows of a packed LM graph are tens of MB, and the serving engine builds
+    such a graph whenever its batch changes)."""
+
+    dtype: Any
+    shape: tuple[int, ...]
+
+
 class WeightStore:
     """Named weight tensors on the runtime's primary device."""
 
@@ -64,9 +75,11 @@ class WeightStore:
         self._uploaded = False
 
     # ------------------------------------------------------------------------------------------ building
-    def add(self, name: str, ggml_type: int, ne: Iterable[int], data: np.ndarray | list[np.ndarray]) -> Tensor:
+    def add(self, name: str, ggml_type: int, ne: Iterable[int], data: np.ndarray | list[np.ndarray] | None
+            ) -> Tensor:
         """A new tensor `name` of this ggml type and shape (ne0 first) that will hold `data`: an array of its raw
-        bytes, or a list of arrays whose rows are joined (stacked matrices). Allocated by `upload`."""
+        bytes, a list of arrays whose rows are joined (stacked matrices), or None for zeros (set on the device).
+        Allocated by `upload`."""
         if self._uploaded:
             raise RuntimeError(f"{self.source}: tensors cannot be added after upload")
         if name in self._tensors:
@@ -79,8 +92,8 @@ class WeightStore:
             want = nbytes_of(ggml_type, ne)
         except ValueError as e:
             raise ValueError(f"{self.source}: tensor {name!r}: {e}") from None
-        parts = data if isinstance(data, list) else [data]
-        have = sum(int(np.asarray(p).nbytes) for p in parts)
+        parts = data if isinstance(data, list) else [] if data is None else [data]
+        have = want if data is None else sum(int(np.asarray(p).nbytes) for p in parts)
         if have != want:
             raise ValueError(f"{self.source}: tensor {name!r} holds {have} bytes; its type "
                              f"{types.type_name(ggml_type)} and shape {ne} need {want}")
@@ -153,6 +166,10 @@ class WeightStore:
                     self._buffers.append(buf)
             for name in copied + repacked:
                 data = self._data[name]
+                if data is None:
+                    t = self._tensors[name]
+                    lib.ggml_backend_tensor_memset(t, 0, 0, lib.ggml_nbytes(t))
+                    continue
                 parts = data if isinstance(data, list) else [data]
                 if name in repacked and len(parts) > 1:  # repacking buffers take a tensor in one piece
                     parts = [np.concatenate([np.asarray(p).reshape(-1) for p in parts])]
@@ -193,15 +210,19 @@ class WeightStore:
                 raise ValueError(f"{self.source}: tensor {name!r} cannot be repacked")
 
     @classmethod
-    def from_arrays(cls, runtime: Runtime, arrays: dict[str, np.ndarray | tuple[str, np.ndarray]],
+    def from_arrays(cls, runtime: Runtime, arrays: dict[str, np.ndarray | tuple[str, np.ndarray] | Zeros],
                     repack: Callable[[str], bool] | None = None) -> "WeightStore":
-        """Upload numpy arrays; a value `(type_name, array)` stores a float array as f16, bf16, q8_0 or q4_0.
-        `repack`: see upload."""
+        """Upload numpy arrays; a value `(type_name, array)` stores a float array as f16, bf16, q8_0 or q4_0, a
+        `Zeros` a zeroed tensor. `repack`: see upload."""
         import gguf
 
         store = cls(runtime)
         try:
             for name, value in arrays.items():
+                if isinstance(value, Zeros):
+                    store.add(name, types.from_numpy(np.dtype(value.dtype)), list(reversed(value.shape)) or [1],
+                              None)
+                    continue
                 type_name, arr = value if isinstance(value, tuple) else (None, value)
                 arr = np.asarray(arr)
                 if type_name is None:

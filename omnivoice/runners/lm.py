@@ -21,6 +21,7 @@ import numpy as np
 
 from ..ggml import Graph, Runtime, WeightStore, built_with_patch, lib, types
 from ..ggml.graph import DEFAULT_MAX_NODES, write_tensor
+from ..ggml.weights import Zeros
 from ..gguf import keys as K
 from ..gguf import open_model
 from ..loaders import lm as loader
@@ -434,9 +435,9 @@ class ChunkSession:
             # every layer's set_rows at the real rows only.
             R, width = sum(P * len(m) for P, m in self._buckets), cfg.head_dim * cfg.n_head_kv
             kv_dtype = np.float16 if model.flash_kv == types.F16 else np.float32
-            consts["pad_q"] = np.zeros((R, cfg.head_dim * cfg.n_head), np.float32)
-            consts["pad_k"] = np.zeros((R, width), kv_dtype)
-            consts["pad_v"] = np.zeros((R, width), kv_dtype)
+            consts["pad_q"] = Zeros(np.float32, (R, cfg.head_dim * cfg.n_head))
+            consts["pad_k"] = Zeros(kv_dtype, (R, width))
+            consts["pad_v"] = Zeros(kv_dtype, (R, width))
         # The greedy prompts' target columns, cond then uncond, go through the audio heads and the guided pick
         # together: one product and a dozen ops for the whole batch rather than per prompt (on a GPU each is a
         # kernel, and each output a copy back).

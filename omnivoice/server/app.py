@@ -60,7 +60,8 @@ class ServerState:
         self.library = VoiceLibrary(config.voices)
         self.metrics = Metrics(lambda: self.backend.queue_depth if self.backend else 0,
                                lambda: self.backend.active if self.backend else 0,
-                               lambda: 1 if self.backend else 0)
+                               lambda: 1 if self.backend else 0,
+                               lambda: self.backend.counters() if self.backend else None)
 
     def require_backend(self):
         """The loaded backend, or a 503 saying why there is none yet."""

@@ -43,6 +43,10 @@ class SpeechBackend:
     def count_tokens(self, text: str) -> int:
         return len(self.ov.tokenizer.encode(text))
 
+    def counters(self) -> dict:
+        """The engine's cumulative counters (Engine.counters), for /metrics."""
+        return self.engine.counters()
+
     @property
     def queue_depth(self) -> int:
         return self.engine.queue_depth

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from omnivoice.ggml import Graph, Runtime, WeightStore, ffi, lib, list_devices, parse_spec, read_tensor
+from omnivoice.ggml.weights import Zeros
 from omnivoice.gguf import GGUFFormatError
 
 
@@ -60,6 +63,32 @@ def _chain(runtime, n: int, depth: int) -> Graph:
     g.output("y", x)
     g.allocate()
     return g
+
+
+def test_a_closed_graphs_scheduler_serves_the_next_graph(rng):
+    """Runtime.schedulers: a closed graph's scheduler is reset and taken by the next graph of at most its node
+    budget, which computes what a fresh one does; a larger budget gets a new scheduler; the runtime frees them."""
+    with Runtime("cpu", 1) as rt:
+        assert rt.schedulers.max_kept == 0  # on the CPU by default none (their buffers are host memory)
+        rt.schedulers.max_kept = 2
+        w, x = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal((1, 8)).astype(np.float32)
+        first = _chain(rt, 8, 3)
+        expected = first.compute(w=w, x=x)["y"]
+        sched = first._sched
+        first.close()
+        assert len(rt.schedulers) == 1
+        second = _chain(rt, 8, 5)  # another graph: more nodes, other buffers, the same budget
+        assert second._sched == sched and len(rt.schedulers) == 0
+        y = np.tanh(np.tanh(expected @ w.T) @ w.T)
+        np.testing.assert_allclose(second.compute(w=w, x=x)["y"], y, rtol=1e-5, atol=1e-6)
+        second.close()
+        big = Graph(rt, max_nodes=2 * first.max_nodes)
+        big.output("y", lib.ggml_scale(big.ctx, big.input("x", np.float32, (4,)), 2.0))
+        big.allocate()
+        assert big._sched != sched and len(rt.schedulers) == 1  # the kept one's budget is too small
+        big.close()
+        assert len(rt.schedulers) == 2
+    assert len(rt.schedulers) == 0 and rt.schedulers.closed
 
 
 def test_two_graphs_in_flight_are_waited_for_one_at_a_time(runtime, rng):
@@ -185,13 +214,30 @@ def test_quantized_weights_from_arrays(runtime, rng):
         np.testing.assert_array_equal(read_tensor(store["h"]), w.astype(np.float16))
 
 
-@pytest.mark.parametrize("what", ["graph", "weights", "runtime"])
+def test_zeros_are_set_on_the_device_beside_arrays(runtime, rng):
+    """Zeros tensors are cleared where they are allocated (no host array), and the arrays beside them in the
+    same buffer keep their values. The store before leaves its memory dirty: the allocator hands freed memory
+    on, so a tensor allocated but never cleared would read that back."""
+    dirty = {f"d{i}": np.full((64, 32), -7.0, np.float32) for i in range(4)}
+    WeightStore.from_arrays(runtime, dirty).close()
+    a = rng.standard_normal((3, 5)).astype(np.float32)
+    with WeightStore.from_arrays(runtime, {"z": Zeros(np.float32, (64, 32)), "a": a,
+                                           "h": Zeros(np.float16, (2, 3, 4))}) as store:
+        assert store["z"].type == lib.GGML_TYPE_F32 and store["h"].type == lib.GGML_TYPE_F16
+        assert tuple(store["h"].ne)[:3] == (4, 3, 2)
+        np.testing.assert_array_equal(read_tensor(store["z"]), np.zeros((64, 32), np.float32))
+        np.testing.assert_array_equal(read_tensor(store["h"]), np.zeros((2, 3, 4), np.float16))
+        np.testing.assert_array_equal(read_tensor(store["a"]), a)
+
+
+@pytest.mark.parametrize("what", ["graph", "schedulers", "weights", "runtime"])
 def test_a_ctrl_c_right_after_a_free_does_not_free_twice(what, rng, monkeypatch):
     """A signal's exception is raised right after a C call returns, so a close() interrupted just after a free
     must not free that handle again when it is called a second time (or by __del__): that double free crashed
-    the batch CLI's Ctrl-C test about once in fifty runs."""
-    fn = {"graph": "ggml_backend_sched_free", "weights": "ggml_backend_buffer_free",
-          "runtime": "ggml_backend_free"}[what]
+    the batch CLI's Ctrl-C test about once in fifty runs. ("graph": a runtime that keeps no schedulers, so that
+    the graph's close frees its own; "schedulers": the kept ones freed by the pool.)"""
+    fn = {"graph": "ggml_backend_sched_free", "schedulers": "ggml_backend_sched_free",
+          "weights": "ggml_backend_buffer_free", "runtime": "ggml_backend_free"}[what]
     real, freed = getattr(lib, fn), []
 
     def free_then_interrupt(handle):
@@ -203,11 +249,20 @@ def test_a_ctrl_c_right_after_a_free_does_not_free_twice(what, rng, monkeypatch)
             raise KeyboardInterrupt
 
     rt = Runtime("cpu", 1)
-    if what == "graph":
-        obj = Graph(rt)
-        x = obj.input("x", np.float32, (4,))
-        obj.output("y", lib.ggml_scale(obj.ctx, x, 2.0))
-        obj.compute(x=rng.standard_normal(4).astype(np.float32))
+    if what in ("graph", "schedulers"):
+        rt.schedulers.max_kept = 0 if what == "graph" else 2
+        graphs = [_chain(rt, 4, 2) for _ in range(2)]  # two graphs at once: two schedulers
+        for g in graphs:
+            g.compute(w=rng.standard_normal((4, 4)).astype(np.float32),
+                      x=rng.standard_normal((1, 4)).astype(np.float32))
+        if what == "graph":
+            obj = graphs[0]
+            graphs[1].close()
+        else:
+            for g in graphs:
+                g.close()
+            assert len(rt.schedulers) == 2
+            obj = SimpleNamespace(close=rt.schedulers.clear)
     elif what == "weights":
         obj = WeightStore.from_arrays(rt, {"a": np.ones(4, np.float32), "b": np.ones((2, 3), np.float32)})
     else:

@@ -94,3 +94,16 @@ def test_metrics_in_prometheus_text_format(server):
     assert server.metric("omnivoice_real_time_factor_count") >= 1
     assert server.metric("omnivoice_real_time_factor_bucket", le="+Inf") >= 1
     assert server.metric("omnivoice_queue_depth") == 0 and server.metric("omnivoice_model_loaded") == 1
+
+
+def test_metrics_count_the_engines_work(server):
+    names = ("omnivoice_engine_steps_total", "omnivoice_engine_packed_requests_total", "omnivoice_engine_graphs_total")
+    before = [server.metric(n) for n in names]
+    seconds = server.metric("omnivoice_engine_seconds_total", phase="lm_run")
+    with server.client() as c:
+        assert c.post("/v1/audio/speech", json={"input": "Three steps.", "response_format": "pcm",
+                                                "num_step": 3}).status_code == 200
+    # one request alone: three packed steps of one request, on one graph
+    assert [server.metric(n) - b for n, b in zip(names, before)] == [3, 3, 1]
+    assert server.metric("omnivoice_engine_seconds_total", phase="lm_run") > seconds
+    assert server.metric("omnivoice_engine_seconds_total", phase="decode") > 0

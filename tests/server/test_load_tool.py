@@ -22,3 +22,25 @@ def test_load_tool_reports_first_audio_and_concurrency(server, tmp_path):
     assert [row["requests"] for row in result["concurrency"]] == [1, 2]
     assert all(row["audio_s_per_s"] > 0 and row["p50_s"] <= row["p95_s"] for row in result["concurrency"])
     assert "| 2 | 2 |" in r.stdout and "Time to first audio byte" in r.stdout
+    # the engine's share from /metrics: one step a request (num_step 1), however they were batched
+    engines = [row["engine"] for row in result["concurrency"]]
+    assert [round(e["steps"] * e["mean_batch"]) for e in engines] == [1, 2]
+    assert engines[0]["steps"] == 1 and engines[0]["graphs"] == 1
+    assert all(0 < e["busy_share"] <= 1.05 and e["seconds"]["lm_run"] > 0 for e in engines)
+
+
+def test_load_tool_in_process_drives_the_servers_engine_without_http(tiny_gguf, tmp_path):
+    out = tmp_path / "load.json"
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "server_load.py"), "--in-process", "--model",
+                        str(tiny_gguf["f32"]), "--codec", str(tiny_gguf["codec"]), "--backend", "cpu",
+                        "--threads", "1", "--voices", str(tmp_path / "voices"), "--clients", "1,2", "--requests",
+                        "1", "--ttfb-repeats", "1", "--num-step", "1", "--vary", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    assert result["server"]["device"].endswith("in process") and result["vary"]
+    runs = result["first_audio"]["runs"]
+    assert 0 < runs[0]["first_audio_s"] <= runs[0]["total_s"] and runs[0]["audio_s"] > 0
+    engines = [row["engine"] for row in result["concurrency"]]
+    assert [round(e["steps"] * e["mean_batch"]) for e in engines] == [1, 2]
+    assert all(row["audio_s"] > 0 for row in result["concurrency"])

@@ -14,11 +14,15 @@
 # prometheus_client, httpx, httpcore, certifi; e.g. for the device's Python 3.X:
 #     pip download -d .whl --only-binary :all: --platform manylinux2014_x86_64 --python-version 3.X \
 #         fastapi uvicorn python-multipart prometheus-client httpx
-# Knobs: CLIENTS (1,8,32), REQUESTS per client (4), STEPS (32), TTFB_REPEATS (5), BUDGET_S (530). The CPU path, for trying the
-# script anywhere: BACKEND=cpu PRESET=tiny QUANT=f32 BENCH_WORK=/tmp/ovsrv bash tools/device/h200_server.sh
+# Knobs: CLIENTS (1,8,32), REQUESTS per client (4), STEPS (32), TTFB_REPEATS (5), BUDGET_S (530), LOAD_ARGS (more
+# tools/server_load.py arguments, e.g. "--vary --max-wait-ms 50"), NAME (the results' file name, default
+# server_load: run the script again with another NAME and LOAD_ARGS for an A/B on one machine; the checkpoint
+# and the build are kept). The CPU path, for trying the script anywhere:
+# BACKEND=cpu PRESET=tiny QUANT=f32 BENCH_WORK=/tmp/ovsrv bash tools/device/h200_server.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
-exec > >(tee "$OUT/h200_server.log") 2>&1
+NAME=${NAME:-server_load}
+exec > >(tee -a "$OUT/h200_server.log") 2>&1
 export PYTHONUNBUFFERED=1
 start=$(date +%s); left() { echo $(( ${BUDGET_S:-530} - ($(date +%s) - start) )); }
 stamp() { echo "== $(( $(date +%s) - start ))s: $*"; }
@@ -61,9 +65,10 @@ wait $ckpt_pid || { tail -20 "$OUT/checkpoint.log"; exit 1; }
   python3 -m omnivoice.convert "$W/ckpt" -o "$W/gguf" --quant "$QUANT" > "$OUT/convert.log" 2>&1 ||
   { tail -20 "$OUT/convert.log"; exit 1; }
 
-stamp "server load test, $(left) s left"
+stamp "server load test $NAME ${LOAD_ARGS:-}, $(left) s left"
+# shellcheck disable=SC2086  # LOAD_ARGS: several arguments
 timeout $(( $(left) - 10 )) python3 tools/server_load.py --backend "$BACKEND" \
   --model "$W/gguf/omnivoice-base-$Q.gguf" --codec "$W/gguf/omnivoice-tokenizer-F32.gguf" \
   --clients "${CLIENTS:-1,8,32}" --requests "${REQUESTS:-4}" --num-step "${STEPS:-32}" --ttfb-repeats "${TTFB_REPEATS:-5}" \
-  --json "$OUT/server_load.json" --server-log "$OUT/server.log" | tee "$OUT/server_load.md"
+  ${LOAD_ARGS:-} --json "$OUT/$NAME.json" --server-log "$OUT/${NAME/server_load/server}.log" | tee "$OUT/$NAME.md"
 stamp "done, $(left) s left"
