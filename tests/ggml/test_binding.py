@@ -91,6 +91,38 @@ def test_a_closed_graphs_scheduler_serves_the_next_graph(rng):
     assert len(rt.schedulers) == 0 and rt.schedulers.closed
 
 
+def test_the_memory_check_counts_a_kept_schedulers_buffers(rng, monkeypatch):
+    """A kept scheduler's buffers serve its next graph: the check asks the device only for what they lack (here
+    nothing, with no memory left at all). Where the device has too little, the other kept schedulers are freed
+    and the device asked again."""
+    from omnivoice.ggml import memory
+
+    with Runtime("cpu", 1) as rt:
+        rt.schedulers.max_kept = 3
+        for g in [_chain(rt, 64, 2) for _ in range(3)]:
+            g.close()
+        assert len(rt.schedulers) == 3
+        monkeypatch.setattr(memory, "available", lambda backend: 0)
+        same = _chain(rt, 64, 2)  # the same buffers' size: nothing more is needed
+        assert len(rt.schedulers) == 2
+        w, x = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((1, 64)).astype(np.float32)
+        w64 = w.astype(np.float64)
+        np.testing.assert_allclose(same.compute(w=w, x=x)["y"], np.tanh(np.tanh(x[0] @ w64.T) @ w64.T), atol=2e-5)
+        asked = []  # the kept schedulers at each question: none the first time, plenty once they are freed
+
+        def available(backend) -> int:
+            asked.append(len(rt.schedulers))
+            return 0 if len(asked) == 1 else 1 << 40
+        monkeypatch.setattr(memory, "available", available)
+        bigger = _chain(rt, 512, 2)  # more than its kept buffers hold: the other kept one is freed, then it fits
+        assert asked == [1, 0] and len(rt.schedulers) == 0
+        monkeypatch.setattr(memory, "available", lambda backend: 0)
+        with pytest.raises(MemoryError, match="needs .* of CPU memory for its activations; 0 MiB is available"):
+            _chain(rt, 4096, 2)
+        same.close()
+        bigger.close()
+
+
 def test_two_graphs_in_flight_are_waited_for_one_at_a_time(runtime, rng):
     """Two graphs launched one after the other and waited for in either order (the pipelined engine's
     pattern): each wait returns that graph's whole result (on CUDA a wait is its own run's event)."""
