@@ -164,35 +164,38 @@ class SchedulerPool:
     Xeon), and its buffers' allocation and release came on top; kept, with the padded rows zeroed on the device
     (weights.Zeros), that build went from 21.3 to 17.7 ms (tools/graph_build_time.py, BENCHMARKS.md). A kept
     scheduler is reset and takes the next graph of at most its budget; its buffers grow where that graph needs more.
-    `max_kept` 0 keeps none (Runtime's default on the CPU). Thread-safe; `clear` frees every kept one (before
-    the backends go, and when memory runs short)."""
+    `max_kept` 0 keeps none (Runtime's default on the CPU); the kept ones' buffers (`size_of` a scheduler) hold
+    at most `max_bytes` together, so that memory a graph's run allocates as it goes (ggml's CUDA pool, cuBLAS)
+    is not taken from it (Runtime: a sixteenth of the device's). Thread-safe; `clear` frees every kept one
+    (before the backends go, and when memory runs short)."""
 
-    def __init__(self, max_kept: int = 2) -> None:
-        self.max_kept = max_kept
+    def __init__(self, max_kept: int = 2, max_bytes: int = 0, size_of=lambda sched: 0) -> None:
+        self.max_kept, self.max_bytes, self.size_of = max_kept, max_bytes, size_of
         self._lock = threading.Lock()
-        self._kept: list[tuple[int, object]] = []  # (node budget, scheduler), oldest first
+        self._kept: list[tuple[int, object, int]] = []  # (node budget, scheduler, buffer bytes), oldest first
         self.closed = False
 
     def take(self, max_nodes: int) -> tuple[int, object] | None:
         """(node budget, scheduler): a kept scheduler for a graph of at most `max_nodes` nodes (the smallest
         budget that fits), or None."""
         with self._lock:
-            fits = [i for i, (n, _) in enumerate(self._kept) if n >= max_nodes]
+            fits = [i for i, (n, _, _) in enumerate(self._kept) if n >= max_nodes]
             if not fits:
                 return None
-            return self._kept.pop(min(fits, key=lambda i: self._kept[i][0]))
+            return self._kept.pop(min(fits, key=lambda i: self._kept[i][0]))[:2]
 
     def give(self, sched, max_nodes: int) -> None:
         """Keep a scheduler of this node budget whose graph is done (its runs waited for), the oldest freed past
-        `max_kept`."""
+        `max_kept` or `max_bytes`; one whose buffers alone are over `max_bytes` is freed."""
         with self._lock:
-            if self.closed or not self.max_kept:
+            nbytes = self.size_of(sched)
+            if self.closed or not self.max_kept or nbytes > self.max_bytes:
                 lib.ggml_backend_sched_free(sched)
                 return
             lib.ggml_backend_sched_set_eval_callback(sched, ffi.NULL, ffi.NULL)  # a profiler's (tools/op_profile)
             lib.ggml_backend_sched_reset(sched)
-            self._kept.append((max_nodes, sched))
-            while len(self._kept) > self.max_kept:
+            self._kept.append((max_nodes, sched, nbytes))
+            while len(self._kept) > self.max_kept or sum(k[2] for k in self._kept) > self.max_bytes:
                 lib.ggml_backend_sched_free(self._kept.pop(0)[1])
 
     def __len__(self) -> int:
@@ -230,7 +233,9 @@ class Runtime:
         self._backends = []
         # Schedulers kept on GPUs only: a CPU graph's compute buffer is host memory that a kept scheduler would
         # hold (the codec encoder's for a long clip is GBs), and the CPU's steps dwarf the build it saves.
-        self.schedulers = SchedulerPool(max_kept=2 if self.device.kind != "cpu" else 0)
+        self.schedulers = SchedulerPool(
+            max_kept=2 if self.device.kind != "cpu" else 0, max_bytes=self.device.memory_total // 16,
+            size_of=lambda sched: sum(lib.ggml_backend_sched_get_buffer_size(sched, b) for b in self._backends))
         self._init(dev)
         if self.device.kind != "cpu":
             _, cpu_dev = find_device("cpu")

@@ -91,6 +91,23 @@ def test_a_closed_graphs_scheduler_serves_the_next_graph(rng):
     assert len(rt.schedulers) == 0 and rt.schedulers.closed
 
 
+def test_kept_schedulers_hold_at_most_max_bytes():
+    """The kept schedulers' buffers stay under max_bytes together (the oldest goes first), and one whose buffers
+    alone are over it is not kept (Runtime: a sixteenth of the device's memory)."""
+    with Runtime("cpu", 1) as rt:
+        pool = rt.schedulers
+        pool.max_kept = 4
+        graphs = [_chain(rt, 64, 2) for _ in range(3)] + [_chain(rt, 1024, 2)]
+        small, big = pool.size_of(graphs[0]._sched), pool.size_of(graphs[3]._sched)
+        assert 0 < small < big
+        pool.max_bytes = 2 * small
+        for g in graphs[:3]:
+            g.close()
+        assert len(pool) == 2  # a third would be over 2 * small: the first went
+        graphs[3].close()
+        assert len(pool) == 2  # over max_bytes alone: freed, the two small ones kept
+
+
 def test_the_memory_check_counts_a_kept_schedulers_buffers(rng, monkeypatch):
     """A kept scheduler's buffers serve its next graph: the check asks the device only for what they lack (here
     nothing, with no memory left at all). Where the device has too little, the other kept schedulers are freed
