@@ -117,21 +117,21 @@ class Http:
 
 
 class InProcess:
-    """The server's engine in this process, without HTTP (--in-process): each body becomes the request the server
-    would make of it (its schema and voices), submitted to `OmniVoice.engine()` as the server's backend does. Set
-    beside a run over HTTP, it shows what the web layer costs the engine."""
+    """The server's engine in this process, without HTTP (--in-process): the server's backend (its one door to the
+    model, loaded as the server loads it), and each body made into the request the server would make of it (its
+    schema and voices). Set beside a run over HTTP, it shows what the web layer costs the engine."""
 
     def __init__(self, args) -> None:
-        from omnivoice import OmniVoice
         from omnivoice.server.app import ServerConfig
+        from omnivoice.server.engine_adapter import load_backend
         from omnivoice.server.schema import SpeechRequest, synthesis_request
         from omnivoice.server.voices import VoiceLibrary, resolve_voice
 
-        self.ov = OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads)
         batch = args.max_batch or ServerConfig.max_batch
-        self.engine = self.ov.engine(max_batch=int(batch) if str(batch).isdigit() else batch,
-                                     max_wait_ms=float(args.max_wait_ms or ServerConfig.max_wait_ms),
-                                     max_queue=max(64, 2 * max(args.clients)))  # as start_server's --max-queue
+        self.backend = load_backend(args.model, args.codec, backend=args.backend, threads=args.threads,
+                                    max_batch=batch if batch == "auto" else int(batch),
+                                    max_wait_ms=float(args.max_wait_ms or ServerConfig.max_wait_ms),
+                                    max_queue=max(64, 2 * max(args.clients)))  # as start_server's --max-queue
         library = VoiceLibrary(args.voices)
 
         def request(body: dict):
@@ -140,12 +140,11 @@ class InProcess:
         self.request = request
 
     async def describe(self) -> dict:
-        return {"device": f"{self.ov.runtime.device.spec} ({self.ov.runtime.device.description}), in process",
-                "model": self.ov.model_path.name}
+        return {"device": f"{self.backend.device}, in process", "model": self.backend.model_name}
 
     async def first_audio(self, body: dict) -> dict:
         t0 = time.perf_counter()
-        job = self.engine.submit(self.request(body), stream=True)
+        job = self.backend.submit(self.request(body), stream=True)
         pieces = iter(job.chunks())
         first, n = None, 0
         while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
@@ -155,17 +154,16 @@ class InProcess:
 
     async def one_request(self, body: dict) -> tuple[float, float]:
         t0 = time.perf_counter()
-        result = await asyncio.wrap_future(self.engine.submit(self.request(body)).future)
+        result = await asyncio.wrap_future(self.backend.submit(self.request(body)).future)
         return time.perf_counter() - t0, result.duration
 
     async def engine_counters(self) -> dict[str, float]:
-        c = self.engine.counters()
+        c = self.backend.counters()
         return {**{k: v for k, v in c.items() if k != "seconds"},
                 **{f"seconds_{k}": v for k, v in c["seconds"].items()}}
 
     def close(self) -> None:
-        self.engine.close()
-        self.ov.close()
+        self.backend.close()
 
 
 def engine_share(before: dict[str, float], after: dict[str, float], wall: float) -> dict:
