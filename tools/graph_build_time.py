@@ -33,7 +33,8 @@ TOOLS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TOOLS.parent))
 sys.path.insert(0, str(TOOLS))
 
-from server_load import VARIED  # noqa: E402  (tools/ is on the path)
+from request_profile import Timers  # noqa: E402  (tools/ is on the path)
+from server_load import VARIED  # noqa: E402
 
 # The ggml calls a graph's build and close make that may cost more than their count: the scheduler's passes, the
 # device buffers' allocation and release, the constants' copies.
@@ -45,27 +46,6 @@ TIMED_CALLS = ("ggml_backend_sched_new", "ggml_backend_sched_reserve_size", "ggm
 
 
 STEPS = 4  # replayed steps timed per graph, after the first two
-
-
-class CallTimer:
-    """Seconds spent in some functions of cffi's `lib`, while `on` (the wrappers replace lib's attributes)."""
-
-    def __init__(self, lib, names) -> None:
-        self.seconds = dict.fromkeys(names, 0.0)
-        self.on = False
-        for name in names:
-            setattr(lib, name, self._wrap(name, getattr(lib, name)))
-
-    def _wrap(self, name, fn):
-        def timed(*args):
-            if not self.on:
-                return fn(*args)
-            t0 = time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                self.seconds[name] += time.perf_counter() - t0
-        return timed
 
 
 def main() -> int:
@@ -86,7 +66,10 @@ def main() -> int:
     from omnivoice.ggml import lib
 
     ov = omnivoice.OmniVoice(args.model, backend=args.backend, quant=args.quant)
-    calls = CallTimer(lib, TIMED_CALLS)
+    calls = Timers()  # seconds in the ggml calls of TIMED_CALLS while `on`
+    calls.on = False
+    for name in TIMED_CALLS:
+        calls.wrap(lib, name, name)
     lm = ov.lm
     engine = BatchEngine(ov, max_batch=max(args.requests, 1))
     pool = []
@@ -148,7 +131,7 @@ def main() -> int:
     steady = {k: 1000 * statistics.median(v) for k, v in host.items()}
     print(f"steps 3 to {STEPS + 2} of each graph (replayed), host ms: " +
           ", ".join(f"{k} {v:.2f}" for k, v in steady.items()) + " (medians)")
-    per_graph = {k: 1000 * v / args.rounds for k, v in calls.seconds.items() if v}
+    per_graph = {k: 1000 * v / args.rounds for k, v in calls.t.items() if v}
     print("ggml calls of the build and close, ms a graph: " + ", ".join(
         f"{k[len('ggml_'):]} {v:.2f}" for k, v in sorted(per_graph.items(), key=lambda kv: -kv[1])))
     report = {"device": ov.runtime.device.spec, "description": ov.runtime.device.description,

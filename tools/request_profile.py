@@ -36,15 +36,18 @@ PHASES = ("reference", "encode", "session", "lm", "maskgit_host", "decode", "oth
 
 
 class Timers:
-    """Seconds spent in wrapped methods, per phase, for the current round."""
+    """Seconds spent in wrapped methods (or functions of cffi's `lib`), per phase, while `on`."""
 
     def __init__(self) -> None:
         self.t: dict[str, float] = defaultdict(float)
+        self.on = True
 
     def wrap(self, owner, name: str, phase: str) -> None:
         orig = getattr(owner, name)
 
         def timed(*args, **kwargs):
+            if not self.on:
+                return orig(*args, **kwargs)
             t0 = time.perf_counter()
             try:
                 return orig(*args, **kwargs)
