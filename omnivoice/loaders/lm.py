@@ -30,6 +30,11 @@ def read_config(f: GGUFFile) -> LMConfig:
         rms_eps=m.float(K.LM_RMS_EPS), rope_theta=m.float(K.LM_ROPE_FREQ_BASE),
         n_codebook=m.int(K.NUM_AUDIO_CODEBOOK), audio_vocab=m.int(K.AUDIO_VOCAB_SIZE, 2),
         audio_mask_id=m.int(K.AUDIO_MASK_ID, 0), n_vocab=m.int(K.LM_VOCAB_SIZE))
+    # every layer block_count names must be in the file; checked before anything is made per layer (a count of
+    # 2^31 - 1 made a list of that many tensor names before the first missing one was reported: tools/fuzz.py)
+    names, last = {t.name for t in f.tensors}, N.layer(N.LM_ATTN_NORM, cfg.n_layer - 1)
+    check(last in names, src, f"{K.LM_BLOCK_COUNT} = {cfg.n_layer}, but tensor {last!r} is missing (the file holds "
+          f"the tensors of {sum(N.is_layer(N.LM_ATTN_NORM, n) for n in names)} layers)")
     check(cfg.n_head % cfg.n_head_kv == 0, src, f"{K.LM_HEAD_COUNT} = {cfg.n_head} is not a multiple of "
           f"{K.LM_HEAD_COUNT_KV} = {cfg.n_head_kv} (each key/value head serves a whole group of query heads)")
     check(cfg.head_dim % 2 == 0, src, f"{K.LM_KEY_LENGTH} = {cfg.head_dim} is odd; RoPE rotates pairs")

@@ -34,6 +34,9 @@ DAMAGE = {
     "embedding_length_0": (lambda s, d: set_key(s, d, K.LM_EMBEDDING_LENGTH, 0), r"embedding_length is 0"),
     "feed_forward_length_0": (lambda s, d: set_key(s, d, K.LM_FEED_FORWARD_LENGTH, 0), r"feed_forward_length is 0"),
     "block_count_3": (lambda s, d: set_key(s, d, K.LM_BLOCK_COUNT, 3), r"'llm\.layers\.2\.[a-z_.]+' is missing"),
+    "block_count_huge": (lambda s, d: set_key(s, d, K.LM_BLOCK_COUNT, 2**31 - 1),
+                         r"block_count = 2147483647, but tensor 'llm\.layers\.2147483646\.input_layernorm\.weight' "
+                         r"is missing \(the file holds the tensors of 2 layers\)"),
     "key_length_8": (lambda s, d: set_key(s, d, K.LM_KEY_LENGTH, 8), r"value_length = 16 differs"),
     "alignment_0": (lambda s, d: set_key(s, d, K.GENERAL_ALIGNMENT, 0), r"general\.alignment is 0, expected a power"),
     "alignment_3": (lambda s, d: set_key(s, d, K.GENERAL_ALIGNMENT, 3), r"general\.alignment is 3, expected a power"),
