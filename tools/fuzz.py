@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0,
                     help="CPU seconds before a case counts as a hang (wall clock: ten times that)")
     ap.add_argument("--json", type=Path, help="write counts and every non-clean case here")
-    ap.add_argument("--keep", action="store_true", help="keep the case directories of non-clean cases")
+    ap.add_argument("--keep", action="store_true", help="keep every case's directory (a non-clean case's is always kept; a long run keeps tens of GB)")
     ap.add_argument("--replay", metavar="TARGET:N", help="rebuild case N of TARGET and run it in the foreground")
     args = ap.parse_args(argv)
     if args.mem_gib is None:
