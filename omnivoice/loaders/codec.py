@@ -162,6 +162,13 @@ def _hubert(b: _Builder, m: Metadata, cfg: HubertConfig) -> hubert.HubertWeights
 def _semantic(b: _Builder, m: Metadata, cfg: SemanticConfig) -> tuple[semantic.SemanticWeights, int]:
     """The semantic encoder's record and its output width."""
     C, k, k_unit = m.int(K.SEM_HIDDEN_SIZE), m.int(K.SENC_KERNEL_SIZE), m.int(K.SENC_UNIT_KERNEL_SIZE)
+    # a residual unit pads by (k_unit - 1) // 2 * dilation, which ggml's convolutions take as a 32-bit int and
+    # double: a dilation of 2^31 - 1 aborted inside ggml (tools/fuzz.py, seed 29); a dilation that large only
+    # ever reads the padding's zeros
+    for j, d in enumerate(cfg.block_dilations):
+        check((k_unit - 1) // 2 * d < 2**30, m.source, f"{K.SENC_BLOCK_DILATIONS}[{j}] = {d}: with "
+              f"{K.SENC_UNIT_KERNEL_SIZE} = {k_unit} the padding is {(k_unit - 1) // 2 * d} samples, beyond what "
+              "ggml's convolutions take (below 2^30)")
     blocks, c_in = [], C
     for i, (stride, c_out) in enumerate(zip(cfg.strides, m.ints(K.SENC_CHANNELS, n=len(cfg.strides)))):
         units = tuple(semantic.ResidualUnit(

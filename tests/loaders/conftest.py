@@ -27,6 +27,8 @@ def load_in_subprocess(kind: str, paths: list[Path], timeout: int = 600,
                        capture_output=True, text=True, timeout=timeout, preexec_fn=cap if max_gib else None)
     results: dict[str, dict] = {}
     for line in r.stdout.splitlines():
+        if not line.startswith('{"file"'):
+            continue  # what an abort inside ggml printed (its backtrace)
         entry = json.loads(line)
         results[Path(entry["file"]).name] = entry
     crashed = [name for name, e in results.items() if e["error"] == "started"]
