@@ -251,7 +251,7 @@ def markdown(result: dict) -> str:
     for r in result["concurrency"]:
         out.append(f"| {r['clients']} | {r['requests']} | {r['audio_s_per_s']:.2f} | {r['audio_s_per_s'] / base:.2f} "
                    f"| {r['requests_per_s']:.2f} | {r['p50_s']:.2f} | {r['p95_s']:.2f} |")
-    out += ["", "The engine thread meanwhile (its counters, from /metrics over HTTP): steps, mean requests a step, "
+    out += ["", "The engine thread meanwhile (its counters: from /metrics over HTTP, or the engine's own with --in-process): steps, mean requests a step, "
             "graph switches (reused), seconds by phase, and the phases' share of the wall time:", "",
             "| clients | steps | mean batch | graphs (reused) | " + " | ".join(PHASES) + " | busy |",
             "|---:|---:|---:|---:|" + "---:|" * len(PHASES) + "---:|"]

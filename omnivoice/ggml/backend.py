@@ -188,8 +188,7 @@ class SchedulerPool:
         """Keep a scheduler of this node budget whose graph is done (its runs waited for), the oldest freed past
         `max_kept` or `max_bytes`; one whose buffers alone are over `max_bytes` is freed."""
         with self._lock:
-            nbytes = self.size_of(sched)
-            if self.closed or not self.max_kept or nbytes > self.max_bytes:
+            if self.closed or not self.max_kept or (nbytes := self.size_of(sched)) > self.max_bytes:
                 lib.ggml_backend_sched_free(sched)
                 return
             lib.ggml_backend_sched_set_eval_callback(sched, ffi.NULL, ffi.NULL)  # a profiler's (tools/op_profile)
@@ -235,7 +234,7 @@ class Runtime:
         # hold (the codec encoder's for a long clip is GBs), and the CPU's steps dwarf the build it saves.
         self.schedulers = SchedulerPool(
             max_kept=2 if self.device.kind != "cpu" else 0, max_bytes=self.device.memory_total // 16,
-            size_of=lambda sched: sum(lib.ggml_backend_sched_get_buffer_size(sched, b) for b in self._backends))
+            size_of=self.sched_buffer_size)
         self._init(dev)
         if self.device.kind != "cpu":
             _, cpu_dev = find_device("cpu")
@@ -372,6 +371,10 @@ class Runtime:
         finally:
             lib.ggml_backend_buffer_free(label)
             lib.ggml_free(ctx)
+
+    def sched_buffer_size(self, sched) -> int:
+        """Bytes of compute buffer that a scheduler of this runtime holds, over all of its backends."""
+        return sum(int(lib.ggml_backend_sched_get_buffer_size(sched, b)) for b in self.backends)
 
     def close(self) -> None:
         self.schedulers.clear(close=True)  # they point at the backends

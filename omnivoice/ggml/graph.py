@@ -264,7 +264,7 @@ class Graph:
         """Bytes of compute buffer the scheduler allocated for this graph, over all of its backends."""
         if self._sched is None:
             return 0
-        return sum(int(lib.ggml_backend_sched_get_buffer_size(self._sched, b)) for b in self.runtime.backends)
+        return self.runtime.sched_buffer_size(self._sched)
 
     @property
     def n_nodes(self) -> int:
