@@ -281,8 +281,10 @@ class OmniVoice:
         class_temperature, seed (None or negative: random), denoise, postprocess_output (False keeps long
         silences, as in the reference), pad_duration and fade_duration (the silence added at each end and the
         fades, 0.1 s each; 0 for none), chunk_duration (<= 0: no chunking), chunk_threshold.
-        `progress(done, total)` is called after each MaskGIT step; `cancel()` returning True stops with
-        Cancelled. `dump` names a folder for prompt_ids.npy, logits0.npy and tokens_N.npy.
+        `progress(done, total)` is called after each MaskGIT step (on CUDA, where a chunk's steps run queued
+        on the device, once for each of them when the chunk's tokens are back); `cancel()` returning True stops
+        with Cancelled (checked at those calls). `dump` names a folder for prompt_ids.npy, logits0.npy and
+        tokens_N.npy.
         Returns audio (float32 mono), sample_rate and per-chunk tokens.
         """
         settings = make_settings(text, language, instruct, **options)

@@ -23,7 +23,7 @@ import numpy as np
 
 from .audio import postprocess as post
 from .codec.voice import VoicePrompt
-from .generate.maskgit import GenerationConfig, generate
+from .generate.maskgit import GenerationConfig, MaskGitState
 from .generate.philox import CudaPhiloxGenerator
 from .text.chunking import ChunkPlan, needs_chunking, plan_chunks
 from .text.request import prepare_request
@@ -154,15 +154,24 @@ class Pipeline:
         prompt, lm_prompt = self._prompt(chunk, settings)
         greedy = settings.sampler.class_temperature == 0
         want_logits = dump is not None and index == 0
-        with self.lm.session([lm_prompt], settings.sampler.guidance_scale, greedy, with_logits=want_logits) as s:
+        with self.lm.session([lm_prompt], settings.sampler.guidance_scale, greedy, with_logits=want_logits,
+                             device_steps=not want_logits) as s:
             guided = _GuidedChunk(s, cfg.audio_mask_id)
             if want_logits:
                 np.save(dump / "prompt_ids.npy", prompt.cond_ids.astype(np.int32))
                 first = s.step([prompt.uncond_ids])[0]
                 np.save(dump / "logits0.npy", first["cond_logits"].astype(np.float32))
-            tokens = generate(guided, chunk.n_target, settings.sampler, rng, num_codebooks=cfg.n_codebook,
-                              mask_id=cfg.audio_mask_id,
-                              on_step=(lambda step, *_: on_step(step)) if on_step else None)
+            # On CUDA a lone greedy chunk runs every step on the device, queued back to back (no host work between
+            # steps); the progress callbacks then come once its tokens are back.
+            state = MaskGitState(chunk.n_target, settings.sampler, rng, cfg.n_codebook, cfg.audio_mask_id)
+            steps = s.run_on_device(state)
+            if steps is None:  # on the host, step by step (generate's loop)
+                while not state.done:
+                    state.advance(guided, (lambda step, *_: on_step(step)) if on_step else None)
+            else:
+                for step in steps if on_step else ():
+                    on_step(step)
+            tokens = state.tokens
         if dump is not None:
             np.save(dump / f"tokens_{index}.npy", tokens.astype(np.int32))
         return tokens

@@ -173,6 +173,18 @@ class OursSide:
                 mem.sample()
             return out
 
+        on_device = lm_runner.ChunkSession.run_on_device
+
+        def timed_on_device(sess, state):
+            # a chunk whose steps ran queued on the device (CUDA): its mean step, choices included, once a step
+            t0 = time.perf_counter()
+            steps = on_device(sess, state)
+            if steps:
+                rec.lm += [(time.perf_counter() - t0) / len(steps)] * len(steps)
+                if mem:
+                    mem.sample()
+            return steps
+
         def timed_session(model, *args, **kwargs):
             t0 = time.perf_counter()
             out = session(model, *args, **kwargs)
@@ -180,6 +192,7 @@ class OursSide:
             return out
 
         lm_runner.ChunkSession.finish = timed_finish
+        lm_runner.ChunkSession.run_on_device = timed_on_device
         lm_runner.LanguageModel.session = timed_session
         codec = self.ov.codec
         # encode() goes through encode_batch(), which create_voice() calls directly

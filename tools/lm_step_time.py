@@ -17,6 +17,14 @@ typed_inputs, comma-separated, or none; without it, LanguageModel's default for 
 tests/models/test_lm_variants.py checks each against the plain graph.
 --profile N records N more steps with PyTorch's profiler (CUPTI sees every kernel of the process, ggml's
 too) and prints GPU time per step by kernel: what a step spends on the device against its wall time.
+--queued N also runs N steps launched back to back (the same ids, held on the device; one wait at the end) and
+times the host's graph launch alone: the step's rate when the host is never on the critical path, against the
+synced step above, whose difference is what the host's share of a MaskGIT step (read-back, choice, ids, launch)
+costs the GPU.
+--maskgit N times whole N-step MaskGIT chunks of each lone shape (greedy, position temperature 5, the default),
+stepped on the host (read-back, choice, ids, launch between the steps) as before, and, where the session can (CUDA
+with patch 0024), on the device (a session with device_steps: ChunkSession.run_on_device), and checks that both
+give the same tokens.
 --json FILE appends one line per (weights, shape) with every figure.
 """
 
@@ -68,6 +76,40 @@ def timed_step(session, tokens) -> tuple[float, float, float, float]:
     c0 = time.process_time()
     session.step(tokens)
     return (*session.times, time.process_time() - c0)
+
+
+def queued_steps(lm, prompts, tokens, n: int) -> tuple[float, float]:
+    """(ms per step of `n` graph runs launched back to back and waited for once, median ms of the host's launch
+    call alone), in a session whose ids live on the device (device_steps: a run neither waits nor copies them)."""
+    with lm.session(prompts, 2.0, greedy=True, device_steps=True) as session:
+        session.step(tokens)
+        session.step(tokens)  # the ids in place; on CUDA the graph captured
+        g = session.graph
+        launches = []
+        t0 = time.perf_counter()
+        for _ in range(n):
+            t1 = time.perf_counter()
+            g.launch()
+            launches.append(time.perf_counter() - t1)
+        g.wait()
+        return 1000 * (time.perf_counter() - t0) / n, 1000 * float(np.median(launches))
+
+
+def maskgit_chunk(lm, pr, steps: int, device: bool) -> tuple[float, np.ndarray, bool]:
+    """(ms per step of one whole MaskGIT chunk of `steps` steps, its tokens, whether it ran on the device)."""
+    from omnivoice.generate import CudaPhiloxGenerator, GenerationConfig, MaskGitState
+    from omnivoice.pipeline import _GuidedChunk
+
+    config = GenerationConfig(num_step=steps, position_temperature=5.0, class_temperature=0.0)
+    state = MaskGitState(pr.n_target, config, CudaPhiloxGenerator(0), mask_id=lm.cfg.audio_mask_id)
+    with lm.session([pr], config.guidance_scale, True, device_steps=device) as s:
+        t0 = time.perf_counter()
+        ran = device and s.run_on_device(state) is not None
+        if not ran:
+            guided = _GuidedChunk(s, lm.cfg.audio_mask_id)
+            while not state.done:
+                state.advance(guided)
+        return 1000 * (time.perf_counter() - t0) / steps, state.tokens, ran
 
 
 def kernel_table(run, n: int, top: int = 25) -> dict | None:
@@ -148,6 +190,10 @@ def main() -> int:
     p.add_argument("--variant", default=None,
                    help="graph variant(s), e.g. qk_rope,kv_rows, or none (default: the runtime's, see LanguageModel)")
     p.add_argument("--profile", type=int, default=0, metavar="N", help="kernel profile of N steps (CUDA)")
+    p.add_argument("--queued", type=int, default=0, metavar="N",
+                   help="also time N steps launched back to back, and the host's launch call alone")
+    p.add_argument("--maskgit", type=int, default=0, metavar="STEPS",
+                   help="also time whole MaskGIT chunks of STEPS steps, on the host and on the device")
     p.add_argument("--json", type=Path, help="append one JSON line per measurement")
     p.add_argument("--label", default="", help="free text stored with each JSON line")
     args = p.parse_args()
@@ -183,7 +229,29 @@ def main() -> int:
                           f"variant {variant_name(lm.variant)}, {s.graph.n_nodes} nodes; "
                           f"session build {build_ms:.1f} ms, first steps {first_ms:.1f} / {second_ms:.1f} ms)",
                           flush=True)
+                    queued = queued_steps(lm, prs, tokens, args.queued) if args.queued else (None, None)
+                    if args.queued:
+                        print(f"      {args.queued} steps queued back to back: {queued[0]:.2f} ms/step "
+                              f"(host launch call {queued[1]:.3f} ms)", flush=True)
                     prof = kernel_profile(s, tokens, args.profile) if args.profile else None
+                chunk = None
+                if args.maskgit and batch == 1:
+                    times, chunk_tokens, ran = {"host": [], "device": []}, {}, False
+                    for where in ("host", "device") * (args.repeats + 1):  # alternated; the first pair warms up
+                        ms, chunk_tokens[where], on_device = maskgit_chunk(lm, prs[0], args.maskgit, where == "device")
+                        times[where].append(ms)
+                        ran = ran or on_device
+                    chunk = {"host_ms_per_step": float(np.median(times["host"][1:])),
+                             "device_ms_per_step": float(np.median(times["device"][1:])), "device_ran": ran,
+                             "tokens_equal": bool(np.array_equal(chunk_tokens["host"], chunk_tokens["device"]))}
+                    print(f"      {args.maskgit}-step MaskGIT chunk: host {chunk['host_ms_per_step']:.2f} ms/step, "
+                          f"device {chunk['device_ms_per_step']:.2f} ms/step"
+                          f"{'' if ran else ' (the session declined: host)'}, tokens "
+                          f"{'equal' if chunk['tokens_equal'] else 'DIFFER'}", flush=True)
+                    if args.profile and ran:  # the device chunk's kernels: the steps' and the choices'
+                        chunk["profile"] = k = kernel_table(lambda: maskgit_chunk(lm, prs[0], args.maskgit, True), 1)
+                        if k:
+                            print_kernels(k, f"profile (one {args.maskgit}-step chunk on the device)")
                 # The same shape again with other ids: a model that keeps graphs (LanguageModel.max_graphs, on
                 # GPUs) hands this session the graph the one above left, so neither its build nor its first
                 # steps cost more than a step.
@@ -202,7 +270,9 @@ def main() -> int:
                                             "variant": variant_name(lm.variant), "exact_f32": rt.exact_f32,
                                             "ggml": ggml_version(), "again_build_ms": again[0],
                                             "again_first_step_ms": again[1], "again_second_step_ms": again[2],
-                                            "again_reused": again[3], "profile": prof}) + "\n")
+                                            "again_reused": again[3], "queued_ms_per_step": queued[0],
+                                            "launch_call_ms": queued[1], "maskgit_chunk": chunk,
+                                            "profile": prof}) + "\n")
             lm.close()
     return 0
 

@@ -10,7 +10,9 @@ printed: reading and preprocessing the reference (`_reference_clip`), the codec'
 session opening, its steps (launching the graph runs and waiting for them), the rest of MaskGIT on the host
 (the generate phase less the LM), and what is left of the wall time. Then, with torch's profiler (CUDA only),
 the kernels of `--kernels` encodes of the clip and decodes of the case's codes, by name: the part of a request
-that tools/lm_step_time.py does not profile.
+that tools/lm_step_time.py does not profile. `--busy N` profiles N whole requests the same way: the GPU's busy
+time against the request's wall time, whose difference is what the device waits for the host (the text front
+end, each MaskGIT step's read-back, choice and launch, the post-processing).
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--kernels", type=int, default=3, help="encodes / decodes profiled (0: none)")
+    ap.add_argument("--busy", type=int, default=0, help="whole requests profiled: GPU busy against wall time")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -81,6 +84,7 @@ def main() -> int:
     timers.wrap(lm_runner.LanguageModel, "session", "session")
     timers.wrap(lm_runner.ChunkSession, "launch", "lm")  # (step is launch + finish)
     timers.wrap(lm_runner.ChunkSession, "finish", "lm")
+    timers.wrap(lm_runner.ChunkSession, "run_on_device", "lm")  # every step of a chunk, choices included (CUDA)
     report: dict = {"backend": args.backend, "cases": {}}
     with tempfile.TemporaryDirectory() as tmp, omnivoice.OmniVoice(args.model, backend=args.backend,
                                                                       quant=args.quant) as ov:
@@ -110,6 +114,10 @@ def main() -> int:
             med = {k: 1000 * statistics.median(v) for k, v in rounds.items()}
             print(f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()) + " ms (medians)")
             entry: dict = {"median_ms": med, "all_s": dict(rounds)}
+            if args.busy:
+                entry["request_kernels"] = k = kernel_table(lambda: ov.synthesize(case["text"], **kwargs), args.busy, 8)
+                if k:
+                    print_kernels(k, f"{name} whole request")
             if args.kernels:
                 codec = ov.pipeline.codec
                 codes = res.tokens[0]

@@ -488,6 +488,38 @@ class MaskGitState:
         self.position_noise = None
         self._next()
 
+    def device_plan(self, max_steps: int) -> Optional[np.ndarray]:
+        """The steps left, as rows for a device that runs them all without the host (runners.lm's
+        ChunkSession.run_on_device: each step's choice made where the LM ran): int32 [n, 6] of k, the seed's low
+        and high 32 bits, the Philox offset / 4's low and high 32 bits, and 1 where the step adds position noise.
+
+        None where the device cannot take them: sampled classes, noise drawn ahead, more than `max_steps` steps,
+        or a [C, T] draw that PyTorch would spread over several Philox calls per thread (the device computes
+        element i as word 0 of thread i's first call). Otherwise the generator advances as the host's steps would
+        advance it (one [C, T] draw for each step with position noise): run the rows, then :meth:`finish_on_device`.
+        """
+        if not self.greedy or self.position_noise is not None or self.done:
+            return None
+        steps = [s for s in range(self.step, len(self.schedule)) if self.schedule[s] > 0]
+        noise = self.config.position_temperature > 0
+        if len(steps) > max_steps or (noise and self.rng.launch(self.tokens.size)[0] < self.tokens.size):
+            return None
+        rows = np.zeros((len(steps), 6), dtype=np.int64)
+        for row, s in zip(rows, steps):
+            row[0] = self.schedule[s]
+            if noise:
+                base = self.rng.offset // 4
+                row[1:6] = (self.rng.seed & 0xFFFFFFFF, self.rng.seed >> 32, base & 0xFFFFFFFF, base >> 32, 1)
+                self.rng.offset = self.rng.offset + self.rng.launch(self.tokens.size)[1]
+        return rows.astype(np.uint32).view(np.int32)
+
+    def finish_on_device(self, tokens: np.ndarray) -> list[int]:
+        """Take the tokens of a device that ran :meth:`device_plan`'s rows; returns the steps they covered."""
+        steps = [s for s in range(self.step, len(self.schedule)) if self.schedule[s] > 0]
+        self.tokens[...] = _check_tokens(tokens, *self.tokens.shape, "tokens from the device")
+        self.step = len(self.schedule)
+        return steps
+
     def advance(self, lm: GuidedLM, on_step: Optional[StepCallback] = None) -> StepChoice:
         """Score the tokens with ``lm``, choose, call ``on_step`` (before the tokens change) and apply."""
         launch = getattr(lm, "launch_guided_argmax", None) if self.greedy else None

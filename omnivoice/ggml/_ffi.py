@@ -39,6 +39,16 @@ if not _CDEF.exists() or not _shared_lib("ggml-base").exists():
 ffi = cffi.FFI()
 ffi.cdef(_CDEF.read_text())
 consts: dict[str, int] = json.loads(_CONSTS.read_text())
+# Patch 0024's MaskGIT step on CUDA (ggml-cuda's softmax.cuh declares the same struct): not in ggml's public headers,
+# it is reached through the CUDA registry's get_proc_address (Runtime.proc), so a build without it simply lacks it.
+ffi.cdef("""
+struct ggml_cuda_maskgit_args {
+    const int32_t * pred; const float * score; int32_t * tokens; int32_t * ids; const int32_t * plan;
+    int32_t * state; uint32_t * keys; float penalty; float inv_temp;
+    int32_t C, T, L, cond0, uncond0, audio_vocab, mask_id, n_steps;
+};
+typedef int (*ggml_backend_cuda_maskgit_step_t)(ggml_backend_t, const struct ggml_cuda_maskgit_args *);
+""")
 
 
 class _Lib:

@@ -269,6 +269,13 @@ class Runtime:
         """The CPU backend's handle (the primary one on a CPU runtime)."""
         return self.backends[-1]
 
+    def proc(self, name: str, ctype: str):
+        """The function the primary device's backend registry exports as `name` (ggml_backend_reg_get_proc_address),
+        cast to the cffi type `ctype`; None where it exports none (another backend, or a build without the patch)."""
+        reg = lib.ggml_backend_dev_backend_reg(self._dev)
+        fn = lib.ggml_backend_reg_get_proc_address(reg, name.encode())
+        return None if fn == ffi.NULL else ffi.cast(ctype, fn)
+
     @property
     def is_gpu(self) -> bool:
         return self.device.kind != "cpu"

@@ -144,6 +144,7 @@ class Graph:
         self.what = what
         self.ctx = new_context(max_nodes * 2, max_nodes)
         self._inputs: dict[str, object] = {}
+        self._device_inputs: list = []  # the allocated tensors of the inputs declared with device=True
         self._outputs: dict[str, object] = {}
         self._gf = None
         self._sched = None
@@ -155,8 +156,14 @@ class Graph:
         self._recorded = False
 
     # ------------------------------------------------------------------------------------------- building
-    def input(self, name: str, dtype, shape: tuple[int, ...]):
-        """Declare a named input tensor with a numpy-order shape; fed by `compute(name=array)`."""
+    def input(self, name: str, dtype, shape: tuple[int, ...], device: bool = False):
+        """Declare a named input tensor with a numpy-order shape; fed by `compute(name=array)`.
+
+        ggml's scheduler keeps a graph input in host memory and, at every run, waits for the device to finish
+        all it was given and copies the input over. `device=True` puts the input in the device's memory
+        instead (no effect where the device is the CPU): `set_input` copies it there at once, and a run neither
+        waits nor copies, so runs can be queued back to back. Write it only while no run of this graph is in
+        flight (the copy does not wait for one)."""
         self._check_open()
         if name in self._inputs:
             raise ValueError(f"input {name!r} declared twice")
@@ -179,6 +186,8 @@ class Graph:
         # memory, so inputs set once (masks, positions) survive into every replay of the graph.
         lib.ggml_set_output(raw)
         self._inputs[name] = t
+        if device:
+            self._device_inputs.append(raw)
         return t
 
     def output(self, name: str, t):
@@ -230,13 +239,20 @@ class Graph:
             for node, src in zip(nodes, sources):
                 node.src = src
 
+        def place_inputs() -> None:  # a reset forgets them: before each pass that splits the graph for good
+            if len(backends) > 1:  # (the measurement's own reset comes first: it plans them on the host)
+                for t in self._device_inputs:
+                    lib.ggml_backend_sched_set_tensor_backend(self._sched, t, backends[0])
+
         self._check_memory(backends)
         restore_sources()
         # Reserve before allocating: it allocates the buffers that the measurement only sized (alloc_graph right
         # after a measurement would take the plan as current and write through buffers never allocated), and
         # reports a failed allocation.
+        place_inputs()
         ok = lib.ggml_backend_sched_reserve(self._sched, self._gf)
         restore_sources()
+        place_inputs()
         if not ok or not lib.ggml_backend_sched_alloc_graph(self._sched, self._gf):
             sched, self._sched = self._sched, None  # not kept for another graph: its buffers are in doubt
             lib.ggml_backend_sched_free(sched)

@@ -19,8 +19,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..ggml import Graph, Runtime, WeightStore, built_with_patch, lib, types
-from ..ggml.graph import DEFAULT_MAX_NODES, write_tensor
+from ..generate.maskgit import MaskGitState
+from ..ggml import Graph, Runtime, WeightStore, built_with_patch, ffi, lib, types
+from ..ggml.graph import DEFAULT_MAX_NODES, read_tensor, write_tensor
 from ..ggml.weights import Zeros
 from ..gguf import keys as K
 from ..gguf import open_model
@@ -212,6 +213,11 @@ class LanguageModel:
         self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 512 << 20
         self._kept: OrderedDict[tuple, list[_KeptGraph]] = OrderedDict()
         self._kept_lock = threading.Lock()
+        # Patch 0024's MaskGIT step on CUDA: a lone greedy chunk's steps queued back to back, each choice made on
+        # the device, which writes the next run's ids (ChunkSession.run_on_device, sessions opened with
+        # device_steps); OMNIVOICE_DEVICE_MASKGIT=0 keeps the choices on the host (A/Bs).
+        self.maskgit_step = (runtime.proc("ggml_backend_cuda_maskgit_step", "ggml_backend_cuda_maskgit_step_t")
+                             if os.environ.get("OMNIVOICE_DEVICE_MASKGIT", "1") != "0" else None)
 
     @property
     def metadata(self) -> dict:
@@ -225,17 +231,19 @@ class LanguageModel:
 
     def session(self, prompts: list[LMInput], guidance_scale: float | Sequence[float],
                 greedy: bool | Sequence[bool],
-                with_logits: bool = False) -> "ChunkSession":
+                with_logits: bool = False, device_steps: bool = False) -> "ChunkSession":
         """A graph for these prompts' shapes, ready to be stepped. `guidance_scale` and `greedy` are one value
-        for all prompts or one per prompt (a batch mixes requests with different settings)."""
+        for all prompts or one per prompt (a batch mixes requests with different settings). `device_steps`: the
+        session is to run its steps on the device (ChunkSession.run_on_device), so its ids live there."""
         if self.store.closed:  # a graph built now would point at freed weights
             raise RuntimeError(f"the language model of {self.store.source} is closed")
         try:
-            return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)
+            return ChunkSession(self, prompts, guidance_scale, greedy, with_logits, device_steps)
         except MemoryError:
             if not self.clear_graphs():
                 raise
-            return ChunkSession(self, prompts, guidance_scale, greedy, with_logits)  # the kept graphs' memory freed
+            return ChunkSession(self, prompts, guidance_scale, greedy, with_logits,  # the kept graphs' memory freed
+                                device_steps)
 
     # ------------------------------------------------------------------------ graphs kept across sessions
     def _take_graph(self, key: tuple) -> "_KeptGraph | None":
@@ -344,20 +352,20 @@ class ChunkSession:
     no build, no allocation, and on CUDA its captured graph replays from the first step."""
 
     def __init__(self, model: LanguageModel, prompts: list[LMInput], guidance_scale: float | Sequence[float],
-                 greedy: bool | Sequence[bool], with_logits: bool) -> None:
+                 greedy: bool | Sequence[bool], with_logits: bool, device_steps: bool = False) -> None:
         self.graph = self.constants = None
         self.reused = False
         self._key: tuple | None = None  # set once the graph is whole: only then is it kept at close
         self.times = (0.0, 0.0, 0.0)  # the last step's wall seconds: preparing the ids, the graph run, read-back
         self._launched: Optional[tuple[float, float]] = None  # a run started and not yet finished
         try:
-            self._build(model, prompts, guidance_scale, greedy, with_logits)
+            self._build(model, prompts, guidance_scale, greedy, with_logits, device_steps)
         except BaseException:  # also Ctrl-C: a half-built graph freed later by GC, after its runtime, crashes
             self.close()
             raise
 
     def _build(self, model: LanguageModel, prompts: list[LMInput], guidance_scale: float | Sequence[float],
-               greedy: bool | Sequence[bool], with_logits: bool) -> None:
+               greedy: bool | Sequence[bool], with_logits: bool, device_steps: bool) -> None:
         cfg = model.cfg
         self.model, self.cfg, self.prompts = model, cfg, list(prompts)
         n = len(self.prompts)
@@ -402,10 +410,16 @@ class ChunkSession:
         self._audio_mask = audio_mask
         self._greedy = [i for i in range(n) if self.greedy[i]]
         self._scales = sorted({self.guidance_scale[i] for i in self._greedy})
+        # Steps run on the device (run_on_device) where asked and possible: their ids then live on the device, where
+        # the device's choices write them. Not by default: there the ids come from the host at every step, and in
+        # the serving engine, which steps on the host, device-held ids made a lone streamed request's first audio
+        # 5 ms later on the H200 (60-61 against 55 ms, two alternated rounds; BENCHMARKS.md).
+        self._device_loop = (device_steps and model.maskgit_step is not None and n == 1 and self.greedy[0]
+                             and not with_logits)
         # The constants that follow the prompts' content, not only their shape: what a kept graph is given anew
         # (positions, row ids, head columns, guidance and padding all follow from the key).
         content = {"text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask}
-        key = (tuple(segments), tuple(self.greedy), tuple(self.guidance_scale), bool(with_logits))
+        key = (tuple(segments), tuple(self.greedy), tuple(self.guidance_scale), bool(with_logits), self._device_loop)
         kept = model._take_graph(key)
         if kept is not None:
             self.graph, self.constants, self._buckets = kept.graph, kept.constants, kept.buckets
@@ -438,6 +452,12 @@ class ChunkSession:
             consts["pad_q"] = Zeros(np.float32, (R, cfg.head_dim * cfg.n_head))
             consts["pad_k"] = Zeros(kv_dtype, (R, width))
             consts["pad_v"] = Zeros(kv_dtype, (R, width))
+        # A lone greedy prompt's device-side MaskGIT state (run_on_device): its tokens, the steps' rows, the step
+        # counter and error bits, the choice's scratch; kept with the graph like the other constants.
+        if self._device_loop:
+            T = self.prompts[0].n_target
+            consts.update(mg_tokens=Zeros(np.int32, (C * T,)), mg_plan=Zeros(np.int32, (MAX_DEVICE_STEPS, 6)),
+                          mg_state=Zeros(np.int32, (2,)), mg_keys=Zeros(np.int32, (C * T,)))
         # The greedy prompts' target columns, cond then uncond, go through the audio heads and the guided pick
         # together: one product and a dozen ops for the whole batch rather than per prompt (on a GPU each is a
         # kernel, and each output a copy back).
@@ -459,7 +479,8 @@ class ChunkSession:
         # Both masks are constants: a [1, L] tensor computed in the graph would, for an odd L, shift every
         # activation after it off the 64-byte lines that AVX-512 loads want (Graph.input pads inputs for the
         # same reason; the F32 step at L = 337 took 1989 ms instead of 1231).
-        t_audio = g.input("audio_ids", np.int32, (C * L,))
+        # The ids change at every step; a session whose steps run on the device holds them there (Graph.input).
+        t_audio = g.input("audio_ids", np.int32, (C * L,), device=self._device_loop)
         h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["text_mask"],
                                    c["pos"], spans, flash_kv, model.clamp_fp16, model.variant, inputs,
                                    contiguous_qk=model.runtime.products_need_contiguous,
@@ -573,6 +594,58 @@ class ChunkSession:
         self.times = (prepare, launch + t1 - t0, time.perf_counter() - t1)
         return out
 
+    def run_on_device(self, state: MaskGitState) -> Optional[list[int]]:
+        """Run every step left of a lone greedy prompt's MaskGIT `state` on the device (CUDA with patch 0024): each
+        step is the graph's run and then the choice on the device, which writes the tokens into the next run's
+        ids, so the steps are queued back to back with no host work between them; the host waits once and puts
+        the tokens in place. Returns the steps run, or None where this session cannot (the caller steps on the
+        host): another backend or build, several prompts, sampled classes, more than MAX_DEVICE_STEPS steps.
+        The tokens are the host loop's, bit for bit (tests/models/test_lm_device_maskgit.py)."""
+        if not self._device_loop or self.graph is None or self._launched is not None:
+            return None
+        plan = state.device_plan(MAX_DEVICE_STEPS)
+        if plan is None:
+            return None
+        if len(plan) == 0:
+            return state.finish_on_device(state.tokens)
+        args, g, c = self._device_args(state, plan), self.graph, self.constants
+        backend = self.model.runtime.backend
+        try:
+            for _ in range(len(plan)):
+                g.launch()
+                if self.model.maskgit_step(backend, args) != 0:
+                    raise RuntimeError("the device's MaskGIT step refused its arguments")
+        finally:
+            lib.ggml_backend_synchronize(backend)  # every queued run and choice, before anything is read or reused
+        done, flags = (int(v) for v in read_tensor(c["mg_state"]))
+        if flags & 1:
+            raise ValueError("MaskGIT: the LM produced NaN scores")
+        if flags & 2:
+            raise ValueError(f"MaskGIT: the LM predicted the mask id {state.mask_id} for a position being unmasked")
+        if flags or done != len(plan):
+            raise RuntimeError(f"the device's MaskGIT ran {done} of {len(plan)} steps (error bits {flags})")
+        return state.finish_on_device(read_tensor(c["mg_tokens"]).reshape(state.tokens.shape))
+
+    def _device_args(self, state: MaskGitState, plan: np.ndarray):
+        """run_on_device's start: the state's tokens, the plan and a zeroed step counter written to the device, the
+        graph's ids made from the tokens, and the kernel's arguments (cffi struct)."""
+        c, p, cfg, g = self.constants, self.prompts[0], self.cfg, self.graph
+        (c0, u0), Lc, T = self.starts[0], p.input_ids.shape[1], p.n_target
+        write_tensor(c["mg_tokens"], state.tokens.reshape(-1), "mg_tokens")
+        write_tensor(c["mg_plan"], np.concatenate([plan, np.zeros((MAX_DEVICE_STEPS - len(plan), 6), np.int32)]),
+                     "mg_plan")
+        write_tensor(c["mg_state"], np.zeros(2, np.int32), "mg_state")
+        g.set_input("audio_ids", self._audio_ids([state.tokens]))
+        temp = float(state.config.position_temperature)
+        return ffi.new("struct ggml_cuda_maskgit_args *", dict(
+            pred=ffi.cast("int32_t *", g.tensor("pred").data), score=ffi.cast("float *", g.tensor("score").data),
+            tokens=ffi.cast("int32_t *", c["mg_tokens"].data), ids=ffi.cast("int32_t *", g.tensor("audio_ids").data),
+            plan=ffi.cast("int32_t *", c["mg_plan"].data), state=ffi.cast("int32_t *", c["mg_state"].data),
+            keys=ffi.cast("uint32_t *", c["mg_keys"].data),
+            penalty=float(np.float32(state.config.layer_penalty_factor)),
+            inv_temp=float(np.float32(1.0 / temp)) if temp > 0 else 0.0, C=cfg.n_codebook, T=T, L=self.L,
+            cond0=c0 + Lc - T, uncond0=u0, audio_vocab=cfg.audio_vocab, mask_id=state.mask_id, n_steps=len(plan)))
+
     def _results(self, out: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
         C = self.cfg.n_codebook
         if self._greedy:
@@ -616,6 +689,10 @@ class ChunkSession:
     def __exit__(self, *exc) -> None:
         self.close()
 
+
+# Steps a session runs on the device at most (its plan's rows, kept with the graph; a request's num_step is 32 by
+# default): a chunk of more steps steps on the host.
+MAX_DEVICE_STEPS = 256
 
 # A bucket of padded attention takes segments up to PAD_RATIO times (plus PAD_SLACK positions) as long as its
 # shortest: padding costs at most that share of a bucket's attention work, small beside the matrix products.

@@ -19,6 +19,7 @@ from fake_lm import FakeGuidedLM
 from omnivoice.generate import (
     CudaPhiloxGenerator,
     GenerationConfig,
+    MaskGitState,
     filter_top_k,
     generate,
     gumbel_noise,
@@ -28,6 +29,8 @@ from omnivoice.generate import (
     top_k_positions,
     unmask_schedule,
 )
+
+from omnivoice.generate.philox import _philox_lanes, curand_uniform
 
 MASK_ID = 1024
 _GOLDEN = os.path.join(os.path.dirname(__file__), "..", "golden", "generate_loop.npz")
@@ -119,6 +122,43 @@ def test_noise_drawn_while_the_lm_runs_equals_reference(case, loop_golden):
         assert lm.offsets and all(b > a for a, b in lm.offsets)  # drawn between launch and finish
     else:
         assert lm.offsets and all(a == b for a, b in lm.offsets)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_device_plan_follows_the_host_loops_draws(case):
+    """The rows a device runs the steps from (MaskGitState.device_plan; runners.lm.ChunkSession.run_on_device):
+    each step's k, and for a step with position noise the generator's seed and offset at the host loop's draw,
+    whose element i is word 0 of thread i's first Philox call (what the device computes); the generator ends where
+    the host loop leaves it."""
+    config, T = _config(case), case["T"]
+    host_rng, dev_rng = _rng(case), _rng(case)
+    state = MaskGitState(T, config, dev_rng, mask_id=MASK_ID)
+    start = dev_rng.offset if dev_rng is not None else None
+    assert state.device_plan(0) is None and (dev_rng is None or dev_rng.offset == start)  # too many steps
+    plan = state.device_plan(256)
+    if config.class_temperature > 0:
+        assert plan is None and dev_rng.offset == start
+        return
+    lm = _LaunchingLM(case, host_rng)
+    want = generate(lm, T, config, host_rng)
+    schedule = unmask_schedule(8 * T, config.num_step, config.t_shift)
+    np.testing.assert_array_equal(plan[:, 0], [k for k in schedule if k > 0])
+    words = plan.view(np.uint32).astype(np.uint64)
+    if config.position_temperature > 0:
+        assert (plan[:, 5] == 1).all() and dev_rng.offset == host_rng.offset
+        assert ((words[:, 1] | words[:, 2] << 32) == dev_rng.seed).all()
+        np.testing.assert_array_equal(4 * (words[:, 3] | words[:, 4] << 32), [a for a, _ in lm.offsets])
+        for row in (words[0], words[-1]):
+            base = int(row[3] | row[4] << 32)
+            lanes = [np.full(8 * T, base & 0xFFFFFFFF, np.uint64), np.full(8 * T, base >> 32, np.uint64),
+                     np.arange(8 * T, dtype=np.uint64), np.zeros(8 * T, np.uint64),
+                     np.full(8 * T, row[1], np.uint64), np.full(8 * T, row[2], np.uint64)]
+            u = curand_uniform(_philox_lanes(*lanes)[0].astype(np.uint32))
+            u[u == np.float32(1.0)] = 0
+            np.testing.assert_array_equal(u, CudaPhiloxGenerator(dev_rng.seed, 4 * base).rand(8 * T))
+    else:
+        assert (plan[:, 1:] == 0).all() and (dev_rng is None or dev_rng.offset == start)
+    assert state.finish_on_device(want) == [s for s, k in enumerate(schedule) if k > 0] and state.done
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

@@ -169,6 +169,45 @@ def test_two_graphs_in_flight_are_waited_for_one_at_a_time(runtime, rng):
         gb.close()
 
 
+def test_device_inputs_are_held_on_the_device_and_runs_queue(runtime, rng):
+    """An input declared with device=True lives in the device's memory (the LM's ids: Graph.input), so runs
+    launched back to back are queued without a wait or a copy in between, each computing what was written."""
+    n, depth = 256, 32
+    w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
+    x = rng.standard_normal((2, 1, n)).astype(np.float32)
+    want = []
+    for i in range(2):
+        y = x[i]
+        for _ in range(depth):
+            y = np.tanh(y @ w.T)
+        want.append(y[0])
+    with Graph(runtime) as g:
+        wt = g.input("w", np.float32, (n, n), device=True)
+        cur = xt = g.input("x", np.float32, (1, n), device=True)
+        host = g.input("h", np.float32, (1, n))  # a plain input beside them: the scheduler copies it at each run
+        for _ in range(depth):
+            cur = lib.ggml_tanh(g.ctx, lib.ggml_mul_mat(g.ctx, wt, cur))
+        g.output("y", cur)
+        g.output("z", lib.ggml_add(g.ctx, xt, host))
+        g.allocate()
+
+        def on_host(t) -> bool:
+            return bool(lib.ggml_backend_buffer_is_host(t.buffer if t.buffer != ffi.NULL else t.view_src.buffer))
+
+        assert on_host(g.tensor("x")) == (runtime.device.kind == "cpu")
+        assert on_host(g.tensor("h"))
+        g.set_input("w", w)
+        g.set_input("h", x[1])
+        for i in range(2):
+            g.set_input("x", x[i])  # no run in flight
+            for _ in range(3):
+                g.launch()
+            g.wait()
+            out = g.read_outputs()
+            np.testing.assert_allclose(out["y"], want[i], atol=2e-4)
+            np.testing.assert_allclose(out["z"], (x[i] + x[1])[0], rtol=1e-6)
+
+
 def test_a_closed_runtime_refuses_use():
     rt = Runtime("cpu", 1)
     rt.close()

@@ -11,7 +11,10 @@
 # BASE=DIR (an earlier tree's omnivoice/ and tools/: `git archive COMMIT omnivoice tools | tar -x -C ab-base`) also
 # profiles that tree's requests on this build, before this tree's (request_profile_base.json): a graph change's A/B.
 # TEST_PATHS replaces TESTS=1's test paths, SHAPES=none skips the LM steps, BENCH_CASES the bench's cases;
-# TF32=default runs everything after the tests with ggml's TF32 (TF32_AB=1 sets it itself).
+# TF32=default runs everything after the tests with ggml's TF32 (TF32_AB=1 sets it itself). BUSY=N profiles N whole
+# requests of each case (GPU busy against wall time), QUEUED=N times N LM steps launched back to back beside the
+# synced ones (the host's share of a step), MASKGIT=N times whole N-step chunks stepped on the host and on the device
+# (lm_step_time.py --maskgit), STEP_REPEATS the synced steps timed (default 3).
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib TESTS=1 BENCH=1 bash tools/device/h200_request_profile.sh  # carry .whl .devcarry
 set -uo pipefail
 LOG=request_profile.log; BUDGET_S=${BUDGET_S:-560}  # batch_setup.sh: $OUT, the log, t0, stamp, left
@@ -26,9 +29,10 @@ if [ "${TESTS:-0}" = 1 ]; then
 fi
 # TF32=default: ggml's TF32 for the codec's F32 products from here on, as a user's process has it (not the tests')
 [ "${TF32:-off}" = default ] && [ "${TF32_AB:-0}" != 1 ] && unset NVIDIA_TF32_OVERRIDE
-profile() {  # $1: the JSON's name ($2: the tree, default this one)
+profile() {  # $1: the JSON's name ($2: the tree, default this one; BUSY applies to this one only)
+  local busy=; [ -z "${2:-}" ] && [ -n "${BUSY:-}" ] && busy="--busy $BUSY"
   (cd "${2:-.}" && timeout 240 python3 tools/request_profile.py --model "$W/gguf" --backend cuda \
-    --cases "${CASES:-clone5,auto5,auto20}" --rounds "${ROUNDS:-5}" --json "$OUT/$1.json" 2>&1 |
+    --cases "${CASES:-clone5,auto5,auto20}" --rounds "${ROUNDS:-5}" $busy --json "$OUT/$1.json" 2>&1 |
     grep -vE "UserWarning|_warn_once")
 }
 if [ -n "${BASE:-}" ]; then
@@ -49,7 +53,8 @@ fi
 if [ "${SHAPES:-}" != none ] && (( $(left) > 60 )); then
   stamp "LM steps with kernel tables"
   timeout $(( $(left) - 10 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --quants bf16 --backend cuda \
-    --shapes "${SHAPES:-clone5,auto20}" --repeats 3 --profile 3 --json "$OUT/steps.jsonl" --label profile 2>&1 |
+    --shapes "${SHAPES:-clone5,auto20}" --repeats "${STEP_REPEATS:-3}" ${QUEUED:+--queued "$QUEUED"} \
+    ${MASKGIT:+--maskgit "$MASKGIT"} --profile 3 --json "$OUT/steps.jsonl" --label profile 2>&1 |
     grep -vE "UserWarning|_warn_once"
 fi
 if [ "${BENCH:-0}" = 1 ] && (( $(left) > 70 )) && [ -n "${REF_SITE:-}" ]; then
