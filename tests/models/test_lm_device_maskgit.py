@@ -37,12 +37,13 @@ def masked_prompt(rng, n_text: int, n_ref: int, T: int):
     return p
 
 
-@pytest.mark.parametrize("n_ref, position_temperature", [(0, 0.0), (0, 5.0), (9, 5.0), (9, 0.0)])
-def test_device_steps_equal_the_host_loop(model, rng, n_ref, position_temperature):
+@pytest.mark.parametrize("n_ref, position_temperature, T, num_step",
+                         [(0, 0.0, 23, 12), (0, 5.0, 23, 12), (9, 5.0, 23, 12), (9, 0.0, 23, 12),
+                          (5, 5.0, 1290, 4)])  # 8 x 1290 positions: the kernel's keys past shared memory
+def test_device_steps_equal_the_host_loop(model, rng, n_ref, position_temperature, T, num_step):
     on_device(model)
-    T = 23
     prompt = masked_prompt(rng, 11, n_ref, T)
-    config = GenerationConfig(num_step=12, position_temperature=position_temperature, class_temperature=0.0)
+    config = GenerationConfig(num_step=num_step, position_temperature=position_temperature, class_temperature=0.0)
     for seed in (0, 7):
         host = MaskGitState(T, config, CudaPhiloxGenerator(seed, 64), mask_id=MASK_ID)
         with model.session([prompt], config.guidance_scale, True) as s:
@@ -52,7 +53,7 @@ def test_device_steps_equal_the_host_loop(model, rng, n_ref, position_temperatur
         dev = MaskGitState(T, config, CudaPhiloxGenerator(seed, 64), mask_id=MASK_ID)
         with model.session([prompt], config.guidance_scale, True, device_steps=True) as s:
             steps = s.run_on_device(dev)
-        assert steps is not None and len(steps) == 12 and dev.done
+        assert steps is not None and len(steps) == num_step and dev.done
         np.testing.assert_array_equal(dev.tokens, host.tokens, err_msg=f"seed {seed}")
         assert dev.rng.offset == host.rng.offset
 
