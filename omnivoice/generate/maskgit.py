@@ -488,6 +488,10 @@ class MaskGitState:
         self.position_noise = None
         self._next()
 
+    def _steps_left(self) -> list[int]:
+        """The steps still to run that unmask something (the others are skipped)."""
+        return [s for s in range(self.step, len(self.schedule)) if self.schedule[s] > 0]
+
     def device_plan(self, max_steps: int) -> Optional[np.ndarray]:
         """The steps left, as rows for a device that runs them all without the host (runners.lm's
         ChunkSession.run_on_device: each step's choice made where the LM ran): int32 [n, 6] of k, the seed's low
@@ -500,7 +504,7 @@ class MaskGitState:
         """
         if not self.greedy or self.position_noise is not None or self.done:
             return None
-        steps = [s for s in range(self.step, len(self.schedule)) if self.schedule[s] > 0]
+        steps = self._steps_left()
         noise = self.config.position_temperature > 0
         if len(steps) > max_steps or (noise and self.rng.launch(self.tokens.size)[0] < self.tokens.size):
             return None
@@ -515,7 +519,7 @@ class MaskGitState:
 
     def finish_on_device(self, tokens: np.ndarray) -> list[int]:
         """Take the tokens of a device that ran :meth:`device_plan`'s rows; returns the steps they covered."""
-        steps = [s for s in range(self.step, len(self.schedule)) if self.schedule[s] > 0]
+        steps = self._steps_left()
         self.tokens[...] = _check_tokens(tokens, *self.tokens.shape, "tokens from the device")
         self.step = len(self.schedule)
         return steps
