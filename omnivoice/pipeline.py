@@ -155,7 +155,7 @@ class Pipeline:
         greedy = settings.sampler.class_temperature == 0
         want_logits = dump is not None and index == 0
         with self.lm.session([lm_prompt], settings.sampler.guidance_scale, greedy, with_logits=want_logits,
-                             device_steps=not want_logits) as s:
+                             device_steps=True) as s:
             guided = _GuidedChunk(s, cfg.audio_mask_id)
             if want_logits:
                 np.save(dump / "prompt_ids.npy", prompt.cond_ids.astype(np.int32))
@@ -166,8 +166,9 @@ class Pipeline:
             state = MaskGitState(chunk.n_target, settings.sampler, rng, cfg.n_codebook, cfg.audio_mask_id)
             steps = s.run_on_device(state)
             if steps is None:  # on the host, step by step (generate's loop)
+                step_cb = (lambda step, *_: on_step(step)) if on_step else None
                 while not state.done:
-                    state.advance(guided, (lambda step, *_: on_step(step)) if on_step else None)
+                    state.advance(guided, step_cb)
             else:
                 for step in steps if on_step else ():
                     on_step(step)
