@@ -333,15 +333,16 @@ class OmniVoice:
         """Yield audio (float32 mono at sample_rate) sentence by sentence, each post-processed.
 
         `text` is a string, or an iterable of pieces as they arrive (lines of a pipe, a chat model's output):
-        each sentence is synthesized as soon as the text after it shows it is complete. Without a voice, the
-        first sentence's voice is kept for the rest. Same options as synthesize; ValueError if no text comes.
+        each sentence is synthesized as soon as the text after it shows it is complete. Both are cut by the
+        streaming rule of every streamed path (text.streaming: a long first sentence is split at a clause, so the
+        first audio comes early). Without a voice, the first piece's voice is kept for the rest. Same options as synthesize; ValueError if no text comes.
         """
-        from .text.sentences import complete_sentences, split_sentences
+        from .text.streaming import stream_arriving_sentences, stream_sentences
 
         speaker = self.speaker(language=language, instruct=instruct, ref_audio=ref_audio, ref_text=ref_text,
                                voice=voice, preprocess_prompt=preprocess_prompt, cancel=cancel, **options)
         spoken = 0
-        for sentence in split_sentences(text) if isinstance(text, str) else complete_sentences(text):
+        for sentence in stream_sentences(text) if isinstance(text, str) else stream_arriving_sentences(text):
             yield speaker.say(sentence)
             spoken += 1
         if not spoken:

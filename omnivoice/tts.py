@@ -324,7 +324,7 @@ def stream_stdout(ov, args, text: Optional[str], voice, opts: dict, fmt: str) ->
     """-o -: WAV to stdout, written sentence by sentence. With --stream-by-line to a pipe, one WAV per input
     line; to a regular file (a redirect), always one WAV, whose header is completed at the end."""
     from .audio.io import WavStreamWriter
-    from .text import split_sentences
+    from .text import stream_sentences
 
     out = sys.stdout.buffer
     try:
@@ -344,9 +344,9 @@ def stream_stdout(ov, args, text: Optional[str], voice, opts: dict, fmt: str) ->
     writer = None
     try:
         for line in lines:
-            sentences = split_sentences(line)
-            if not sentences:
+            if not line.strip():
                 continue
+            sentences = stream_sentences(line)  # each line a stream of its own: the streaming rule
             if writer is None or not to_file:
                 if writer is not None:
                     writer.close()

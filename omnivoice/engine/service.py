@@ -13,8 +13,8 @@ waited `max_wait_ms`, so a busy engine does not rebuild its graph for every arri
 finished or cancelled request frees its slot at once. `submit` raises ValueError for an invalid request
 (before queueing it) and EngineFull when `max_queue` requests are already waiting.
 
-Streaming (`stream=True`) splits the text into sentences, the first kept short (split at a clause
-boundary when long) so the first audio comes early; each sentence is decoded and post-processed on its own,
+Streaming (`stream=True`) cuts the text by the streaming rule (text.streaming: sentences, the first kept short
+so the first audio comes early), as `OmniVoice.stream` does; each sentence is decoded and post-processed on its own,
 and without a voice prompt sentence 0's tokens and text voice the rest, as long form and `OmniVoice.stream`
 do. Without streaming, `chunks()` yields the whole result once.
 """
@@ -32,8 +32,7 @@ from typing import Any, Iterator, Mapping, Optional, Union
 import numpy as np
 
 from ..pipeline import Cancelled, SynthesisResult
-from ..text.sentences import split_sentences
-from ..text.chunking import chunk_text_punctuation
+from ..text.streaming import stream_sentences
 from . import offline
 from .core import BatchEngine, Task
 from .request import SynthesisRequest, as_request
@@ -41,11 +40,6 @@ from .request import SynthesisRequest, as_request
 log = logging.getLogger("omnivoice")
 
 __all__ = ["Engine", "EngineFull", "Job", "stream_sentences"]
-
-# A first sentence longer than this is split at its clauses (commas and the like) into pieces of at most
-# FIRST_PIECE_CHARS: about three seconds of speech, generated while the rest waits its turn.
-FIRST_SENTENCE_MAX_CHARS = 80
-FIRST_PIECE_CHARS = 48
 
 _END = object()
 
@@ -56,21 +50,6 @@ class EngineFull(RuntimeError):
     def __init__(self, retry_after: float, queued: int) -> None:
         self.retry_after = float(retry_after)
         super().__init__(f"the engine's queue is full ({queued} requests waiting); retry in {retry_after:.1f} s")
-
-
-def stream_sentences(text: str) -> list[str]:
-    """The text as sentences for streaming: split_sentences, with a long first sentence split at its clauses
-    so that the first piece is short (a sentence without clause punctuation stays whole)."""
-    sentences = split_sentences(text)
-    if not sentences:
-        raise ValueError("text: is empty, nothing to synthesize")
-    first = sentences[0]
-    if len(first) > FIRST_SENTENCE_MAX_CHARS:
-        pieces = chunk_text_punctuation(first, FIRST_PIECE_CHARS, min_chunk_len=3)
-        if len(pieces) > 1 and first.startswith(pieces[0]):
-            rest = first[len(pieces[0]):].strip()
-            sentences = [pieces[0]] + ([rest] if rest else []) + sentences[1:]
-    return sentences
 
 
 class Job:

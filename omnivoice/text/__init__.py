@@ -4,6 +4,7 @@ tokenizer     Qwen2 byte-level BPE (Tokenizer.from_gguf / from_tokenizer_json), 
 languages     646 language names and ids, resolved like the reference
 voice_design  voice-design instruct vocabulary, validation, English/Chinese resolution
 sentences     the sentence splitter: long-form chunking's pieces and streaming's sentences
+streaming     the streaming rule: sentences, the first piece kept short (every streamed path)
 chunking      long-form chunking at sentence punctuation, add_punctuation
 duration      rule-based duration / target token estimate
 request       one item's language, instruct, target length and speed, as the reference's _preprocess_all
@@ -16,6 +17,7 @@ from .languages import UnknownLanguageError, resolve_language
 from .prompt import Prompt, build_prompt, combine_text, tokenize_with_nonverbal_tags
 from .request import TextRequest, prepare_request
 from .sentences import complete_sentences, split_sentences
+from .streaming import stream_arriving_sentences, stream_sentences
 from .tokenizer import Tokenizer
 from .voice_design import InstructError, instruct_uses_zh, resolve_instruct
 
@@ -28,6 +30,8 @@ __all__ = [
     "InstructError",
     "split_sentences",
     "complete_sentences",
+    "stream_sentences",
+    "stream_arriving_sentences",
     "chunk_text_punctuation",
     "chunk_len_for",
     "needs_chunking",

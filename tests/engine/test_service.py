@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from omnivoice.engine import Engine, EngineFull, stream_sentences
+from omnivoice.engine import Engine, EngineFull
 from omnivoice.pipeline import Cancelled
 
 from .helpers import assert_same_result, solo
@@ -62,30 +62,19 @@ def test_requests_from_many_threads(ov):
 
 
 def test_stream_gives_each_sentence_as_ov_stream_does(ov):
-    text = "One sentence. Two sentences! Three?"
+    """One streaming rule (text.streaming): the long first sentence is cut at a clause by both paths."""
+    text = "One sentence, with a clause that goes on and on, past several commas, to be cut early. Two! Three?"
     expected = list(ov.stream(text, num_step=4, seed=5))
     with ov.engine(max_batch=4) as engine:
         job = engine.submit({"text": text, "num_step": 4, "seed": 5}, stream=True)
         pieces = list(job.chunks())
         result = job.result()
-    assert len(pieces) == len(expected) == 3
+    assert len(pieces) == len(expected) == 4
     for got, want in zip(pieces, expected):
         np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(result.audio, np.concatenate(expected))
-    assert result.texts == ["One sentence.", "Two sentences!", "Three?"]
-
-
-def test_stream_sentences_keeps_the_first_short():
-    long_first = ("When the long first sentence goes on, and on, past several clauses, with commas between them, "
-                  "it should be split for early audio. Then the rest.")
-    parts = stream_sentences(long_first)
-    assert len(parts[0]) <= 48 and " ".join(parts[:-1]) == long_first[:long_first.index(" Then")]
-    assert parts[-1] == "Then the rest."
-    assert stream_sentences("Short one. Another.") == ["Short one.", "Another."]
-    unbroken = "A" * 100 + "."
-    assert stream_sentences(unbroken) == [unbroken]  # no clause boundary: not split mid-word
-    with pytest.raises(ValueError, match="empty"):
-        stream_sentences("   ")
+    assert result.texts == ["One sentence, with a clause that goes on and on,",
+                            "past several commas, to be cut early.", "Two!", "Three?"]
 
 
 def test_cancel_frees_the_slot(ov):

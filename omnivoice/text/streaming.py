@@ -1,0 +1,57 @@
+"""The streaming rule: how every streamed path (`OmniVoice.stream`, the engine's `submit(stream=True)`, and so
+the server's streamed responses) cuts text into the pieces it speaks one after another.
+
+- Sentences as `sentences.split_sentences` cuts them (sentence ends only, abbreviations kept whole), from a whole
+  text or from text that arrives in pieces (`sentences.complete_sentences`).
+- The first piece is kept short, so that the first audio comes early: a first sentence longer than
+  FIRST_SENTENCE_MAX_CHARS is split at its clauses (commas and the like, `chunking.chunk_text_punctuation`) into
+  a head of at most FIRST_PIECE_CHARS and the rest of the sentence. A sentence without clause punctuation stays
+  whole (never cut mid-word).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator, List
+
+from .chunking import chunk_text_punctuation
+from .sentences import complete_sentences, split_sentences
+
+__all__ = ["FIRST_SENTENCE_MAX_CHARS", "FIRST_PIECE_CHARS", "first_pieces", "stream_sentences",
+           "stream_arriving_sentences"]
+
+# A first sentence longer than this is split at its clauses into a head of at most FIRST_PIECE_CHARS: about three
+# seconds of speech, generated while the rest waits its turn.
+FIRST_SENTENCE_MAX_CHARS = 80
+FIRST_PIECE_CHARS = 48
+
+
+def first_pieces(sentence: str) -> List[str]:
+    """The first sentence of a stream as the pieces it is spoken in: itself, or its short head and the rest."""
+    if len(sentence) <= FIRST_SENTENCE_MAX_CHARS:
+        return [sentence]
+    pieces = chunk_text_punctuation(sentence, FIRST_PIECE_CHARS, min_chunk_len=3)
+    if len(pieces) > 1 and sentence.startswith(pieces[0]):
+        rest = sentence[len(pieces[0]):].strip()
+        return [pieces[0]] + ([rest] if rest else [])
+    return [sentence]
+
+
+def stream_sentences(text: str) -> List[str]:
+    """A whole text as the pieces a stream speaks; ValueError when it holds nothing to speak."""
+    sentences = split_sentences(text)
+    if not sentences:
+        raise ValueError("text: is empty, nothing to synthesize")
+    return first_pieces(sentences[0]) + sentences[1:]
+
+
+def stream_arriving_sentences(pieces: Iterable[str]) -> Iterator[str]:
+    """Text that arrives in pieces (lines of a pipe, a chat model's tokens) as the pieces a stream speaks, each
+    yielded as soon as the text after it shows its sentence is complete (`complete_sentences`). Yields nothing
+    for empty text."""
+    first = True
+    for sentence in complete_sentences(pieces):
+        if first:
+            yield from first_pieces(sentence)
+            first = False
+        else:
+            yield sentence
