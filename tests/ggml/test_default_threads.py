@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -81,9 +80,36 @@ def test_without_counters_the_load_average_counts(host):
     assert threads.default_threads() == 2
 
 
-def test_a_process_spinning_now_is_seen_and_this_ones_own_work_is_not():
-    """The real counters (Linux): another process kept busy counts as about one CPU; this process's own work,
-    which the load average counts (and a run just ended leaves there for a minute), does not."""
+def test_other_processes_time_counts_and_this_ones_does_not(monkeypatch):
+    """The arithmetic on injected counters: the host's busy ticks less this process's, per second sampled. A run of
+    this process's own (which the load average counts, and leaves there for a minute) must not count."""
+    hz = os.sysconf("SC_CLK_TCK")
+    host_ticks = iter([1000, 1000 + 3 * hz])  # 3 CPU-seconds of busy time over the sample ...
+    own_ticks = iter([50, 50 + 2 * hz])  # ... 2 of them this process's
+    monkeypatch.setattr(threads, "_host_busy_ticks", lambda: next(host_ticks))
+    monkeypatch.setattr(threads, "_own_ticks", lambda: next(own_ticks))
+    slept = []
+    monkeypatch.setattr(threads.time, "sleep", slept.append)
+    assert threads.busy_cpus_now(0.5) == pytest.approx(2.0)  # 1 CPU-second of others' work in 0.5 s
+    assert slept == [0.5]
+
+
+def test_own_ticks_are_this_process_cpu_time():
+    """The real counters (Linux): /proc/self/stat's utime + stime advance as this process's CPU time does, and the
+    host's busy time by at least as much (it includes ours). Both hold however busy the host is."""
+    if threads.busy_cpus_now(0.01) is None:
+        pytest.skip("no /proc CPU time counters on this system")
+    hz = os.sysconf("SC_CLK_TCK")
+    host0, own0, cpu0 = threads._host_busy_ticks(), threads._own_ticks(), time.process_time()
+    while time.process_time() - cpu0 < 0.3:  # spin: 0.3 s of this process's CPU time
+        pass
+    own1, cpu1, host1 = threads._own_ticks(), time.process_time(), threads._host_busy_ticks()
+    assert abs((own1 - own0) / hz - (cpu1 - cpu0)) <= 3 / hz + 0.02
+    assert host1 - host0 >= own1 - own0 - 2
+
+
+def test_a_process_spinning_now_is_seen():
+    """The real counters (Linux): another process kept busy makes at least half a CPU busy (more, on a busy host)."""
     if threads.busy_cpus_now(0.05) is None:
         pytest.skip("no /proc CPU time counters on this system")
     child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 3\nwhile time.time() < t: pass"])
@@ -93,17 +119,3 @@ def test_a_process_spinning_now_is_seen_and_this_ones_own_work_is_not():
     finally:
         child.kill()
         child.wait()
-    stop = threading.Event()
-
-    def spin():
-        while not stop.is_set():
-            pass
-
-    spinner = threading.Thread(target=spin)
-    spinner.start()
-    try:
-        own = threads.busy_cpus_now(0.3)
-    finally:
-        stop.set()
-        spinner.join()
-    assert own < 0.5
