@@ -140,7 +140,8 @@ class OmniVoice:
         repo of GGUFs (f32, f16, bf16, q8_0, q4_k_m, ...; `auto`: by backend, see resolve.default_quant).
         `n_threads`: CPU threads (default: the cores free for this process, see ggml.threads). `exact_f32`:
         float32 arithmetic where a GPU backend would round (Vulkan's float32 shaders, F32 K/V in attention);
-        default: on when `quant` is "f32" (asking for F32 weights asks for F32 results) or OMNIVOICE_EXACT_F32=1.
+        default: on when the LM's matrices are F32 (an F32 file, however `model` names it, or `quant` "f32":
+        F32 weights ask for F32 results), else OMNIVOICE_EXACT_F32=1.
         Vulkan takes it once per process (see ggml.Runtime). `cpu_products`: the LM's matrix products on the CPU,
         "ggml", "i16" (the package's int16 kernel for x86 with AVX2: F16's rounding, 1.4-1.8x ggml's F16,
         Q8_0 and Q4_K_M products on a 2-core Zen 3), "i8" (its int8 kernel, AVX2: 8-bit activations and 7-bit
@@ -152,7 +153,9 @@ class OmniVoice:
         the CPU run on the fma kernel unless it is "ggml" (runners.codec.fma_convs).
         """
         from .codec import load_codec
-        from .ggml import Runtime
+        from .ggml import Runtime, types
+        from .ggml.backend import find_device
+        from .loaders.lm import matrix_type
         from .resolve import REPO_QUANT_ORDER, default_quant, resolve_model
         from .runners.lm import LanguageModel
         from .text import Tokenizer
@@ -164,10 +167,14 @@ class OmniVoice:
             raise ValueError(f"quant must be auto or one of {', '.join(REPO_QUANT_ORDER)}, got {quant!r}")
         self._lock = threading.RLock()
         self.pipeline: Optional[Pipeline] = None
-        self.runtime = Runtime(backend, n_threads, exact_f32=True if exact_f32 is None and quant == "f32"
-                               else exact_f32)
+        # the device first (a bad backend is reported before any conversion), then the files for it, then the
+        # runtime: an F32 LM file asks for F32 arithmetic however it was named (file, folder, checkpoint)
+        device, _ = find_device(backend)
+        lm_path, codec_path = resolve_model(model, codec, quant, prefer=default_quant(device.backend))
+        if exact_f32 is None and (quant == "f32" or matrix_type(lm_path) == types.F32):
+            exact_f32 = True
+        self.runtime = Runtime(backend, n_threads, exact_f32=exact_f32)
         try:
-            lm_path, codec_path = resolve_model(model, codec, quant, prefer=default_quant(self.runtime.device.backend))
             self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16,
                                     cpu_products=cpu_products)
             self.codec = load_codec(codec_path, runtime=self.runtime, cpu_products=cpu_products)

@@ -276,8 +276,9 @@ def run(args) -> int:
                    flash_attn=False if args.no_fa else None, clamp_fp16=args.clamp_fp16,
                    cpu_products=args.cpu_products) as ov:
         rt = ov.runtime
+        arithmetic = f"{rt.arithmetic} arithmetic, " if rt.arithmetic else ""  # Vulkan's F16 or F32 shaders
         say(f"model {ov.model_path.name} + {ov.codec_path.name} on {rt.device.spec} ({rt.device.description}, "
-            f"{rt.n_threads} thread{'s' if rt.n_threads != 1 else ''}"
+            f"{arithmetic}{rt.n_threads} thread{'s' if rt.n_threads != 1 else ''}"
             f"{f', {ov.lm.cpu_products} products' if ov.lm.cpu_products else ''}), "
             f"loaded in {time.perf_counter() - t0:.1f}s")
         voice = inputs.voice
@@ -363,10 +364,12 @@ def stream_stdout(ov, args, text: Optional[str], voice, opts: dict, fmt: str) ->
 
 def list_devices() -> int:
     from .ggml import list_devices as devices
+    from .ggml.backend import vulkan_arithmetic
 
     for d in devices():
         mem = f"{d.memory_total / 2**30:.1f} GiB" if d.memory_total else "n/a"
-        print(f"{d.spec:<10} {d.kind:<5} {d.name:<12} {d.description} ({mem})")
+        arithmetic = f", {vulkan_arithmetic()} arithmetic" if d.backend.lower() == "vulkan" else ""
+        print(f"{d.spec:<10} {d.kind:<5} {d.name:<12} {d.description} ({mem}{arithmetic})")
     return cli.EXIT_OK
 
 

@@ -213,13 +213,31 @@ def test_a_closed_object_says_so(tiny_gguf):
         omnivoice.OmniVoice(str(tiny_gguf["f32"]), n_threads=0)
 
 
-@pytest.mark.parametrize("quant,exact,env", [("f32", None, ""), ("auto", None, ""), ("f32", False, ""),
-                                             ("auto", None, "1"), ("auto", True, "")])
-def test_exact_f32_follows_an_f32_request(tiny_gguf, monkeypatch, quant, exact, env):
-    """Asking for F32 weights asks for F32 arithmetic (Vulkan's float32 shaders, F32 K/V): exact_f32 defaults to
-    on with quant="f32", else to OMNIVOICE_EXACT_F32; an explicit value wins."""
+@pytest.mark.parametrize("lm,quant,exact,env,want", [
+    ("f32", "auto", None, "", True),    # an F32 file asks for F32 arithmetic with no --quant
+    ("f32", "f32", None, "", True),
+    ("f16", "auto", None, "", False),
+    ("f16", "auto", None, "1", True),   # OMNIVOICE_EXACT_F32=1: every runtime
+    ("f32", "auto", False, "", False),  # an explicit value wins
+    ("f16", "auto", True, "", True)])
+def test_exact_f32_follows_f32_weights(tiny_gguf, monkeypatch, lm, quant, exact, env, want):
+    """F32 weights ask for F32 arithmetic (Vulkan's float32 shaders, F32 K/V): exact_f32 defaults to on for an F32
+    LM file and for quant="f32", else to OMNIVOICE_EXACT_F32; an explicit value wins."""
     monkeypatch.setenv("OMNIVOICE_EXACT_F32", env)
-    with omnivoice.OmniVoice(str(tiny_gguf["f32"]), str(tiny_gguf["codec"]), backend="cpu", quant=quant,
+    with omnivoice.OmniVoice(str(tiny_gguf[lm]), str(tiny_gguf["codec"]), backend="cpu", quant=quant,
                              exact_f32=exact) as tts:
-        want = exact if exact is not None else (quant == "f32" or env == "1")
         assert tts.runtime.exact_f32 is want
+
+
+def test_exact_f32_for_an_f32_file_in_a_folder(tiny_gguf, monkeypatch, tmp_path):
+    """A folder whose only LM file is F32 gives F32 arithmetic too (the file picked, not the argument, decides)."""
+    monkeypatch.setenv("OMNIVOICE_EXACT_F32", "")
+    for key in ("f32", "codec"):
+        (tmp_path / tiny_gguf[key].name).symlink_to(tiny_gguf[key])
+    with omnivoice.OmniVoice(str(tmp_path), backend="cpu") as tts:
+        assert tts.model_path.name == tiny_gguf["f32"].name and tts.runtime.exact_f32 is True
+
+
+def test_a_bad_backend_is_reported_before_the_model_is_read(tmp_path):
+    with pytest.raises(ValueError, match="backend 'nosuch' is not available"):
+        omnivoice.OmniVoice(str(tmp_path / "missing.gguf"), backend="nosuch")

@@ -267,7 +267,7 @@ def run_local(args, items, batch_size, say, on_ready=lambda: None):
     t0 = time.perf_counter()
     with OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads, quant=args.quant,
                    cpu_products=args.cpu_products) as ov:
-        say(f"model {ov.model_path.name} on {ov.runtime.device.spec} ({ov.runtime.device.description}), "
+        say(f"model {ov.model_path.name} on {ov.runtime.label}, "
             f"loaded in {time.perf_counter() - t0:.1f}s")
         runnable = []
         for it, p in zip(items, prepare([it.request for it in items])):

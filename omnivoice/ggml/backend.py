@@ -46,6 +46,17 @@ def _vulkan_mode(exact: bool) -> bool:
     return _vulkan_exact
 
 
+def vulkan_arithmetic() -> str:
+    """What a Vulkan device of this process computes float32 products in, for listings: "F32" or "F16" once the
+    first Vulkan runtime fixed it (or where the environment already asks for float32), else the rule that runtime
+    will follow: F16, but F32 for F32 weights (OmniVoice) or with OMNIVOICE_EXACT_F32=1."""
+    if _vulkan_exact is not None:
+        return "F32" if _vulkan_exact else "F16"
+    if exact_f32_default() or all(os.environ.get(name) for name in VULKAN_F32_ENV):
+        return "F32"
+    return "F16 (F32 for F32 weights)"
+
+
 def load_backends() -> None:
     """Load every backend module shipped with this install (once per process)."""
     global _loaded
@@ -275,6 +286,20 @@ class Runtime:
         reg = lib.ggml_backend_dev_backend_reg(self._dev)
         fn = lib.ggml_backend_reg_get_proc_address(reg, name.encode())
         return None if fn == ffi.NULL else ffi.cast(ctype, fn)
+
+    @property
+    def arithmetic(self) -> str | None:
+        """What this runtime's float32 products are computed in where the backend chooses: "F32" or "F16" on
+        Vulkan (its float32 or float16 shaders, see exact_f32); None elsewhere."""
+        if self.device.backend.lower() == "vulkan":
+            return "F32" if self.exact_f32 else "F16"
+        return None
+
+    @property
+    def label(self) -> str:
+        """The device as load lines name it: `vulkan:0 (NVIDIA H200, F32 arithmetic)`."""
+        arithmetic = f", {self.arithmetic} arithmetic" if self.arithmetic else ""
+        return f"{self.device.spec} ({self.device.description}{arithmetic})"
 
     @property
     def is_gpu(self) -> bool:

@@ -109,6 +109,18 @@ def product_matrices(cfg: LMConfig) -> list[str]:
     return [N.layer(name, i) for i in range(cfg.n_layer) for name in per_layer] + [N.LM_AUDIO_HEADS]
 
 
+def matrix_type(path) -> int | None:
+    """The ggml type of the product matrices of the LM file at `path` (its first layer's query projection, as
+    LanguageModel picks its CPU kernel by), or None for a file without one or one that does not read as an LM
+    file: loading it says what is wrong. Asked before a runtime exists: an F32 file asks for F32 arithmetic."""
+    from ..gguf import open_model
+
+    try:
+        return open_model(path, ARCH).tensor(N.layer(N.LM_ATTN_Q, 0)).tensor_type
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def _pack(f: GGUFFile, store: WeightStore, cfg: LMConfig, kernel: Kernel,
           threads: int) -> tuple[PackedProducts, set[str]]:
     """The product matrices of `f` whose rows `kernel` takes (Kernel.fits), in its layout, from their values in

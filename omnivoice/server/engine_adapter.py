@@ -28,7 +28,7 @@ class SpeechBackend:
         self.sample_rate = int(ov.sample_rate)
         self.frame_rate = float(ov.pipeline.frame_rate)  # codec frames (audio tokens) per second
         self.model_name = ov.model_path.name
-        self.device = f"{ov.runtime.device.spec} ({ov.runtime.device.description})"
+        self.device = ov.runtime.label
         self.engine = ov.engine(max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue)
 
     def submit(self, request: SynthesisRequest, stream: bool = False) -> Job:

@@ -52,3 +52,33 @@ def test_runtime_flag(monkeypatch):
     monkeypatch.setenv("OMNIVOICE_EXACT_F32", "1")
     with Runtime("cpu") as rt:
         assert rt.exact_f32 is True
+
+
+def test_listings_say_which_arithmetic_vulkan_uses(fresh_vulkan, monkeypatch):
+    """--list-devices names the rule before a Vulkan device exists, the mode once one does."""
+    monkeypatch.setenv("OMNIVOICE_EXACT_F32", "0")
+    assert backend.vulkan_arithmetic() == "F16 (F32 for F32 weights)"
+    monkeypatch.setenv("OMNIVOICE_EXACT_F32", "1")
+    assert backend.vulkan_arithmetic() == "F32"
+    monkeypatch.setenv("OMNIVOICE_EXACT_F32", "0")
+    backend._vulkan_mode(False)
+    assert backend.vulkan_arithmetic() == "F16"
+
+
+def test_load_lines_name_vulkan_arithmetic_only():
+    """Runtime.label (the CLIs' load lines, the server's /health): the arithmetic on Vulkan, nothing elsewhere."""
+    from types import SimpleNamespace
+
+    def fake(name: str, exact: bool):
+        return SimpleNamespace(device=SimpleNamespace(backend=name, spec=f"{name.lower()}:0", description="GPU"),
+                               exact_f32=exact)
+
+    for exact, word in ((True, "F32"), (False, "F16")):
+        rt = fake("Vulkan", exact)
+        rt.arithmetic = Runtime.arithmetic.fget(rt)
+        assert Runtime.label.fget(rt) == f"vulkan:0 (GPU, {word} arithmetic)"
+    rt = fake("CUDA", False)
+    rt.arithmetic = Runtime.arithmetic.fget(rt)
+    assert rt.arithmetic is None and Runtime.label.fget(rt) == "cuda:0 (GPU)"
+    with Runtime("cpu") as cpu:
+        assert cpu.arithmetic is None and cpu.label == f"cpu:0 ({cpu.device.description})"
