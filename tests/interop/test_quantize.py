@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from omnivoice.gguf import keys as K, read_gguf
-from omnivoice.quantize import SCHEMES, main, scheme, tensor_type
+from omnivoice.quantize import SCHEMES, scheme, tensor_type
+from omnivoice.quantize.__main__ import main
 
 from tests.interop.conftest import REPO, load_tool
 

@@ -38,10 +38,10 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from .gguf import compat
-from .gguf import keys as K
-from .gguf.reader import GGUFFile, TensorInfo, read_gguf
-from .gguf.writer import ALIGNMENT, ENCODED, OutTensor, write_gguf
+from ..gguf import compat
+from ..gguf import keys as K
+from ..gguf.reader import GGUFFile, TensorInfo, read_gguf
+from ..gguf.writer import ALIGNMENT, ENCODED, OutTensor, write_gguf
 
 F32 = "F32"
 F16 = "F16"
@@ -146,7 +146,7 @@ class QuantizeError(ValueError):
 
 def encode_ggml(values: np.ndarray, type_name: str) -> np.ndarray:
     """float32 values [..., row] as ggml's bytes of the type (ggml_quantize_chunk; any block type)."""
-    from .ggml import lib, quants
+    from ..ggml import lib, quants
 
     return quants.quantize(values, getattr(lib, f"GGML_TYPE_{type_name}"))
 
@@ -162,7 +162,7 @@ def _values(t: TensorInfo, type_name: str, allow_requantize: bool, source: str) 
     if not allow_requantize:
         raise QuantizeError(f"{source}: tensor {t.name!r} is already {type_name}; quantizing it again loses more "
                             "than quantizing the float original (pass --allow-requantize to do it anyway)")
-    from .ggml import lib, quants
+    from ..ggml import lib, quants
 
     return quants.dequantize(t.data, getattr(lib, f"GGML_TYPE_{type_name}"), int(np.prod(t.shape)))
 
@@ -214,37 +214,3 @@ def quantize_file(src: str | Path, dst: str | Path, type_name: str, allow_requan
     kv, tensors = plan(f, s, allow_requantize)
     alignment = f.metadata.get(K.GENERAL_ALIGNMENT) if compat.layout(f.metadata) == compat.LAYOUT_CPP else ALIGNMENT
     return write_gguf(dst, f.metadata[K.GENERAL_ARCHITECTURE], kv, tensors, progress, f"{s.name} ", alignment)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m omnivoice.quantize IN.gguf OUT.gguf --type TYPE``; exit statuses of omnivoice.cli."""
-    import argparse
-    import sys
-
-    from . import cli
-
-    ap = argparse.ArgumentParser(
-        prog="python -m omnivoice.quantize", epilog=cli.EXIT_STATUS_HELP + ".",
-        description="Requantize an OmniVoice model GGUF (ours or omnivoice.cpp's; the LM or the codec), like "
-                    "llama-quantize: the tensor types of the chosen scheme (omnivoice.cpp's policy), everything "
-                    "else kept.")
-    ap.add_argument("input", help="input GGUF (omnivoice-base-*.gguf or omnivoice-tokenizer-*.gguf)")
-    ap.add_argument("output", help="output GGUF")
-    ap.add_argument("--type", required=True, type=str.lower, choices=list(SCHEMES), metavar="TYPE",
-                    help=f"weight scheme: {', '.join(SCHEMES)}")
-    ap.add_argument("--allow-requantize", action="store_true",
-                    help="also requantize tensors that are already quantized (from their dequantized values)")
-    ap.add_argument("-q", "--quiet", action="store_true", help="no per-tensor progress")
-    args = ap.parse_args(argv)
-
-    def body() -> int:
-        out = quantize_file(args.input, args.output, args.type, args.allow_requantize, progress=not args.quiet)
-        if not args.quiet:
-            print(f"wrote {out}", file=sys.stderr)
-        return cli.EXIT_OK
-
-    return cli.run(body)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
