@@ -6,13 +6,13 @@
         soundfile.write("hello.wav", result.audio, result.sample_rate)
 
 Which files a model argument names is omnivoice.resolve's business; the work itself is omnivoice.pipeline's.
-Options are checked by `check_options` before anything is loaded, and the command line does just that.
+Options (omnivoice.options) are checked by `check_options` before anything is loaded, and the command line does
+just that.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import numbers
 import os
 import threading
@@ -22,10 +22,10 @@ from typing import Iterable, Iterator, Optional, Sequence, Union
 import numpy as np
 
 from .codec.voice import VoicePrompt
-from .generate.maskgit import GenerationConfig
 from .gguf import keys as K
-from .pipeline import (CancelCallback, Cancelled, Pipeline, ProgressCallback, SentenceStream, Settings,
-                       SynthesisResult)
+from .options import DEFAULTS, MAX_DURATION, OptionError  # noqa: F401 (api's names for them)
+from .pipeline import CancelCallback, Cancelled, Pipeline, ProgressCallback, SentenceStream, SynthesisResult
+from .settings import Settings, check_options, make_settings
 
 log = logging.getLogger("omnivoice")
 
@@ -34,90 +34,8 @@ AudioInput = Union[str, os.PathLike, tuple]  # a path, or (samples, sample_rate)
 __all__ = ["OmniVoice", "Speaker", "SynthesisResult", "VoicePrompt", "Cancelled", "OptionError", "OPTIONS",
            "check_options", "make_settings"]
 
-OPTIONS: dict[str, object] = {
-    "duration": None, "speed": 1.0, "num_step": 32, "guidance_scale": 2.0, "t_shift": 0.1,
-    "layer_penalty_factor": 5.0, "position_temperature": 5.0, "class_temperature": 0.0, "seed": None,
-    "denoise": True, "postprocess_output": True, "pad_duration": 0.1, "fade_duration": 0.1,
-    "chunk_duration": 15.0, "chunk_threshold": 30.0,
-}
-"""Every synthesis option and its default (the reference's)."""
-
-MAX_DURATION = 24 * 3600.0  # a bound on what `duration` can mean, not a promise that memory allows it
-
-
-class OptionError(ValueError):
-    """A synthesis option with a value it cannot take. `option` is its name in the API (num_step), so a
-    command line can name it in its own terms (--steps); `problem` says what it must be."""
-
-    def __init__(self, option: str, problem: str, value: object) -> None:
-        super().__init__(f"{option} {problem}, got {value!r}")
-        self.option, self.problem, self.value = option, problem, value
-
-
-def _real(name: str, value, *, low: float = -math.inf, high: float = math.inf, open_low: bool = False,
-          what: str = "a finite number") -> float:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and (value > low if open_low else value >= low) and value <= high:
-        return float(value)
-    bounds = []
-    if low > -math.inf:
-        bounds.append(f"{'>' if open_low else '>='} {low:g}")
-    if high < math.inf:
-        bounds.append(f"<= {high:g}")
-    raise OptionError(name, f"must be {what}{' ' + ' and '.join(bounds) if bounds else ''}", value)
-
-
-def make_settings(text: str = "", language: Optional[str] = None, instruct: Optional[str] = None,
-                  **options) -> Settings:
-    """Check every option (OPTIONS lists them) and resolve language and instruct into pipeline Settings.
-
-    Needs no model. Raises OptionError naming a bad option, UnknownLanguageError or InstructError (ValueErrors),
-    and TypeError for an unknown option name. `text` decides whether instruct attributes are worded in Chinese.
-    """
-    from .text.languages import resolve_language
-    from .text.voice_design import instruct_uses_zh, resolve_instruct
-
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise TypeError(f"unknown option(s) {', '.join(unknown)}; the options are {', '.join(OPTIONS)}")
-    o = {**OPTIONS, **options}
-    duration = None if o["duration"] is None else _real(
-        "duration", o["duration"], low=0, high=MAX_DURATION, open_low=True, what="a number of seconds")
-    speed = _real("speed", o["speed"], low=0, open_low=True)
-    num_step = o["num_step"]
-    if not isinstance(num_step, numbers.Integral) or isinstance(num_step, bool) or num_step < 1:
-        raise OptionError("num_step", "must be an integer >= 1", num_step)
-    seed = o["seed"]
-    if seed is not None and (not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed >= 2**64):
-        raise OptionError("seed", "must be an integer below 2**64 (negative: random) or None", seed)
-    for flag in ("denoise", "postprocess_output"):
-        if not isinstance(o[flag], (bool, np.bool_)):
-            raise OptionError(flag, "must be True or False", o[flag])
-    sampler = GenerationConfig(
-        num_step=int(num_step),
-        guidance_scale=_real("guidance_scale", o["guidance_scale"], low=0),
-        t_shift=_real("t_shift", o["t_shift"], low=0, open_low=True),
-        layer_penalty_factor=_real("layer_penalty_factor", o["layer_penalty_factor"]),
-        position_temperature=_real("position_temperature", o["position_temperature"], low=0),
-        class_temperature=_real("class_temperature", o["class_temperature"], low=0))
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    lang = resolve_language(language)
-    inst = resolve_instruct(instruct, use_zh=instruct_uses_zh(text)) if instruct else None
-    return Settings(language=lang, instruct=inst, duration=duration, speed=speed, denoise=bool(o["denoise"]),
-                    sampler=sampler, seed=None if seed is None else int(seed),
-                    postprocess_output=bool(o["postprocess_output"]),
-                    chunk_duration=_real("chunk_duration", o["chunk_duration"], what="a finite number of seconds"),
-                    chunk_threshold=_real("chunk_threshold", o["chunk_threshold"], low=0, what="a number of seconds"),
-                    pad_duration=_real("pad_duration", o["pad_duration"], low=0, high=10, what="a number of seconds"),
-                    fade_duration=_real("fade_duration", o["fade_duration"], low=0, high=10,
-                                        what="a number of seconds"))
-
-
-def check_options(text: str = "", language: Optional[str] = None, instruct: Optional[str] = None,
-                  **options) -> None:
-    """Raise what synthesize would raise for these options, without a model (see make_settings)."""
-    make_settings(text, language, instruct, **options)
+OPTIONS = DEFAULTS
+"""Every synthesis option and its default (the reference's); omnivoice.options has their bounds and help."""
 
 
 class OmniVoice:

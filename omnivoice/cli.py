@@ -1,5 +1,6 @@
 """What every command line of the package shares: the exit statuses, how an error becomes one, a clean exit on
-SIGINT and SIGTERM, and the progress line.
+SIGINT and SIGTERM, and the progress line. It imports nothing of the package; the flags the commands share are
+omnivoice.arguments' (model loading) and omnivoice.options' (synthesis).
 
 Exit status, the same in every CLI (tts, codec, convert, cache, ...):
 
@@ -25,8 +26,6 @@ import sys
 import threading
 import time
 from typing import Callable, Iterator, Optional, TextIO
-
-from .resolve import DownloadError
 
 EXIT_OK, EXIT_FAILURE, EXIT_BAD_INPUT, EXIT_OOM, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 3, 130, 143
 
@@ -103,7 +102,8 @@ def run(body: Callable[[], int]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as e:
-        if isinstance(e, (DownloadError, OSError)):  # the network or the disk, not the program
+        # the network or the disk, not the program: an OSError, or an error that says so (resolve.DownloadError)
+        if isinstance(e, OSError) or getattr(e, "exit_status", None) == EXIT_FAILURE:
             print(f"error: {e}", file=sys.stderr)
             return EXIT_FAILURE
         log.debug("internal failure", exc_info=True)
@@ -113,41 +113,6 @@ def run(body: Callable[[], int]) -> int:
         if handlers and not signalled:  # after a signal the process is exiting: keep ignoring the next one
             for s, h in handlers.items():
                 signal.signal(s, h)
-
-
-def add_quant_option(group) -> None:
-    """`--quant` as every command that loads a model names it: what a checkpoint is converted to, or which file
-    of a folder or a repo of GGUFs is used (resolve.resolve_model; auto: resolve.default_quant)."""
-    from .resolve import REPO_QUANT_ORDER
-
-    group.add_argument("--quant", default="auto", choices=("auto",) + REPO_QUANT_ORDER, metavar="QUANT",
-                       help="LM weight type: what a checkpoint is converted to, or which file of a folder or a "
-                            f"repo of GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on "
-                            "CUDA, f16 on other GPUs; on the CPU by its kernels: bf16 with AMX, f16 "
-                            "with AVX2 and F16C, else f32)")
-    from .runners.lm import CPU_PRODUCTS
-
-    group.add_argument("--cpu-products", choices=CPU_PRODUCTS, default=None,
-                       help="the LM's matrix products on the CPU: ggml's, or one of the package's kernels: i16, "
-                            "13-bit integers for x86 with AVX2 (F16's rounding, 1.4-1.8x ggml's products on AVX2 "
-                            "CPUs; 2 bytes a weight in memory), i8, 8-bit activations and 7-bit weights for x86 "
-                            "with AVX2 (the precision class of ggml's Q8_0 and K-quant products, 1.3-1.4x i16's "
-                            "speed; 1 byte a weight), amx, BF16 on Intel's AMX tiles (BF16's rounding, "
-                            "1.5-2.1x ggml's Q8_0 on AMX; 2 bytes a weight), fma, float32 with AVX2 or AVX-512 (4 "
-                            "bytes a weight); default OMNIVOICE_CPU_PRODUCTS, else auto: fma for f32 weights; for "
-                            "the others amx on CPUs with AMX-BF16, else i8 on AVX2 CPUs (i16 for F16's precision "
-                            "there) but ggml's for bf16 weights with AVX-512 BF16, ggml's otherwise. "
-                            "ggml also keeps ggml's products in the codec, whose convolutions run on fma otherwise")
-
-
-def add_sampler_options(group) -> None:
-    """The MaskGIT sampler's options as every synthesizing command line names them (defaults: api.OPTIONS)."""
-    from .api import OPTIONS
-
-    for name, key in (("--guidance-scale", "guidance_scale"), ("--t-shift", "t_shift"),
-                      ("--layer-penalty", "layer_penalty_factor"), ("--position-temperature", "position_temperature"),
-                      ("--class-temperature", "class_temperature")):
-        group.add_argument(name, type=float, default=OPTIONS[key], help=f"(default {OPTIONS[key]:g})")
 
 
 class Progress:

@@ -23,8 +23,9 @@ import numpy as np
 
 from .audio import postprocess as post
 from .codec.voice import VoicePrompt
-from .generate.maskgit import GenerationConfig, MaskGitState
+from .generate.maskgit import MaskGitState
 from .generate.philox import CudaPhiloxGenerator
+from .settings import Settings  # noqa: F401 (pipeline.Settings: the name callers have used)
 from .text.chunking import ChunkPlan, needs_chunking, plan_chunks
 from .text.request import prepare_request
 from .text.prompt import build_prompt
@@ -39,24 +40,6 @@ CancelCallback = Callable[[], bool]
 
 class Cancelled(RuntimeError):
     """Synthesis was stopped by the cancel callback."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything that shapes one synthesis; defaults are the reference's."""
-
-    language: Optional[str] = None          # resolved language id, or None
-    instruct: Optional[str] = None          # resolved instruct, or None
-    duration: Optional[float] = None        # seconds; None estimates from the text
-    speed: float = 1.0
-    denoise: bool = True
-    sampler: GenerationConfig = field(default_factory=GenerationConfig)
-    seed: Optional[int] = None
-    postprocess_output: bool = True
-    chunk_duration: float = 15.0
-    chunk_threshold: float = 30.0
-    pad_duration: float = 0.1              # seconds of silence added at each end of the output
-    fade_duration: float = 0.1             # seconds of fade-in and fade-out
 
 
 @dataclass

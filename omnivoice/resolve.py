@@ -54,6 +54,8 @@ class DownloadError(RuntimeError):
     """The Hugging Face Hub could not be reached or did not deliver (network, offline mode, server error):
     not a problem with what the user asked for."""
 
+    exit_status = 1  # a command exits with omnivoice.cli's EXIT_FAILURE, not bad input's 2
+
 
 def cache_dir() -> Path:
     """Where converted checkpoints live: OMNIVOICE_CACHE, else ~/.cache/omnivoice."""

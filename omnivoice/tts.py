@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Optional
 
 from . import cli
+from .arguments import add_quant_option
+from .options import DEFAULTS, OptionError, add_arguments, flag_message, flags, from_arguments
 
 FORMATS = ("wav16", "wav24", "wav32", "flac", "ogg", "opus", "mp3")
 
@@ -38,12 +40,16 @@ examples:
   cat book.txt | python -m omnivoice.tts -o - | aplay
 """
 
+# the synthesis options this command sets by flag (omnivoice.options makes the flags), and the words of some
+OPTION_FLAGS = ("duration", "speed", "seed", "num_step", "guidance_scale", "t_shift", "layer_penalty_factor",
+                "position_temperature", "class_temperature", "chunk_duration", "chunk_threshold", "postprocess_output")
+HELP = {"duration": "length of the generated speech in seconds, before the padding (default: estimated from the "
+                    "text; see below)",
+        "postprocess_output": "the speech as generated: no silence trimming, fades or padding (the loudness is still "
+                              "matched to the reference, or peak-normalised without one)"}
+PRIMARY = {"num_step": "--steps"}
 # API option name -> the flag that sets it, for error messages in the user's terms
-FLAGS = {"language": "--lang", "instruct": "--instruct", "duration": "--duration", "speed": "--speed",
-         "seed": "--seed", "num_step": "--steps", "guidance_scale": "--guidance-scale", "t_shift": "--t-shift",
-         "layer_penalty_factor": "--layer-penalty", "position_temperature": "--position-temperature",
-         "class_temperature": "--class-temperature", "chunk_duration": "--chunk-duration",
-         "chunk_threshold": "--chunk-threshold"}
+FLAGS = {"language": "--lang", "instruct": "--instruct", **flags(OPTION_FLAGS + ("denoise",), PRIMARY)}
 
 
 def _threads(value: str) -> int:
@@ -67,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "else k2-fsa/OmniVoice; checkpoints are converted once into $OMNIVOICE_CACHE, "
                                    "else ~/.cache/omnivoice)")
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
-    cli.add_quant_option(g)
+    add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     g.add_argument("--threads", type=_threads,
                    help="CPU threads (default: $OMNIVOICE_THREADS, else the cores this process may use less those "
@@ -99,23 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also save the encoded reference for reuse (FILE.rvq + FILE.rvq.txt transcript)")
     g.add_argument("--no-preprocess-prompt", action="store_true",
                    help="skip reference silence trimming and transcript punctuation")
-    g.add_argument("--no-denoise", action="store_true", help="omit the <|denoise|> token")
+    add_arguments(g, ["denoise"])
 
     g = p.add_argument_group("generation")
-    g.add_argument("--duration", type=float,
-                   help="length of the generated speech in seconds, before the padding (default: estimated from "
-                        "the text; see below)")
-    g.add_argument("--speed", type=float, default=1.0, help="speaking rate factor (default 1.0)")
-    g.add_argument("--seed", type=int, default=-1, help="sampling seed (default -1: random)")
-    g.add_argument("--steps", type=int, default=32, help="MaskGIT steps (default 32; fewer is faster)")
-    cli.add_sampler_options(g)
-    g.add_argument("--chunk-duration", type=float, default=15.0,
-                   help="long-form chunk length in seconds (default 15; <= 0 disables chunking)")
-    g.add_argument("--chunk-threshold", type=float, default=30.0,
-                   help="chunk only above this estimated duration in seconds (default 30)")
-    g.add_argument("--no-postprocess", action="store_true",
-                   help="the speech as generated: no silence trimming, fades or padding (the loudness is still "
-                        "matched to the reference, or peak-normalised without one)")
+    add_arguments(g, OPTION_FLAGS, PRIMARY, HELP)
 
     g = p.add_argument_group("debug")
     g.add_argument("--no-fa", action="store_true", help="disable flash attention")
@@ -143,13 +136,12 @@ class Inputs:
 
 
 def synthesis_options(args) -> dict:
-    post = not args.no_postprocess
-    return dict(language=args.lang, instruct=args.instruct, duration=args.duration, speed=args.speed,
-                seed=args.seed, num_step=args.steps, guidance_scale=args.guidance_scale, t_shift=args.t_shift,
-                layer_penalty_factor=args.layer_penalty, position_temperature=args.position_temperature,
-                class_temperature=args.class_temperature, denoise=not args.no_denoise,
-                postprocess_output=post, pad_duration=0.1 if post else 0.0, fade_duration=0.1 if post else 0.0,
-                chunk_duration=args.chunk_duration, chunk_threshold=args.chunk_threshold)
+    """The keyword arguments of OmniVoice.synthesize that the flags give (the table's defaults for the others).
+    --no-postprocess also drops the fades and the padding: this command's "the speech as generated"."""
+    o = from_arguments(args, OPTION_FLAGS + ("denoise",))
+    for name in ("pad_duration", "fade_duration"):
+        o[name] = DEFAULTS[name] if o["postprocess_output"] else 0.0
+    return dict(language=args.lang, instruct=args.instruct, **o)
 
 
 def read_text(args) -> str:
@@ -207,7 +199,7 @@ def check_timeline(srt: str, cues: list, fmt: str) -> None:
 
 def check_inputs(args) -> Inputs:
     """Read and check every input that can be checked without the model (files, option values, formats)."""
-    from .api import OptionError, check_options
+    from .api import check_options
     from .audio.io import load_audio, output_format
     from .audio.postprocess import MAX_REFERENCE_SECONDS
 
@@ -261,7 +253,7 @@ def check_inputs(args) -> Inputs:
     try:
         check_options(sample, **options)
     except OptionError as e:
-        raise ValueError(f"{FLAGS.get(e.option, e.option)} {e.problem}, got {e.value!r}") from None
+        raise ValueError(flag_message(e, FLAGS)) from None
     return Inputs(text, options, fmt, ref_text, voice, cues)
 
 

@@ -14,7 +14,9 @@ import time
 from typing import Optional
 
 from .. import cli
+from ..arguments import add_quant_option
 from ..cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_OOM
+from ..options import OptionError, add_arguments, flag_message, flags, from_arguments
 from .manifest import read_manifest
 from .outputs import FAILURES, OutputDir
 
@@ -43,6 +45,13 @@ examples:
 """
 
 
+# the synthesis options a flag sets for every line (omnivoice.options makes the flags); duration and speed are
+# the lines' own
+OPTION_FLAGS = ("num_step", "guidance_scale", "t_shift", "layer_penalty_factor", "position_temperature",
+                "class_temperature", "seed", "denoise", "postprocess_output", "chunk_duration", "chunk_threshold")
+FLAGS = {"language": "--language", **flags(OPTION_FLAGS)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ..audio.io import OUTPUT_FORMATS
 
@@ -61,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model", help="LM GGUF, OmniVoice checkpoint directory or Hugging Face repo id "
                                    "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
-    cli.add_quant_option(g)
+    add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     g.add_argument("--threads", type=int, help="CPU threads (default: all cores; with --cpu-actors, shared)")
     g.add_argument("--batch-size", default="auto",
@@ -69,14 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("generation (defaults for lines that do not set them)")
     g.add_argument("--language", help="language for lines without language_id")
-    g.add_argument("--num-step", type=int, default=32, help="MaskGIT steps (default 32)")
-    cli.add_sampler_options(g)
-    g.add_argument("--seed", type=int, default=-1, help="sampling seed of every line (default -1: random)")
-    g.add_argument("--no-denoise", action="store_true", help="omit the <|denoise|> token")
-    g.add_argument("--no-postprocess", action="store_true", help="skip the output post-processing")
+    add_arguments(g, OPTION_FLAGS)
     g.add_argument("--no-preprocess-prompt", action="store_true", help="skip reference silence trimming")
-    g.add_argument("--chunk-duration", type=float, default=15.0)
-    g.add_argument("--chunk-threshold", type=float, default=30.0)
 
     g = p.add_argument_group("distributed (Ray, pip install 'omnivoice-ggml[ray]')")
     g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
@@ -90,25 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def defaults_of(args) -> dict:
     """SynthesisRequest fields from the command line, for lines that do not give them."""
-    return dict(language=args.language, num_step=args.num_step, guidance_scale=args.guidance_scale,
-                t_shift=args.t_shift, layer_penalty_factor=args.layer_penalty,
-                position_temperature=args.position_temperature, class_temperature=args.class_temperature,
-                seed=args.seed, denoise=not args.no_denoise, postprocess_output=not args.no_postprocess,
-                preprocess_prompt=not args.no_preprocess_prompt, chunk_duration=args.chunk_duration,
-                chunk_threshold=args.chunk_threshold)
+    return dict(language=args.language, preprocess_prompt=not args.no_preprocess_prompt,
+                **from_arguments(args, OPTION_FLAGS))
 
 
 def check_defaults(defaults: dict) -> None:
-    """The command line's options checked as synthesize checks them (api.check_options): a bad one is bad
+    """The command line's options checked as synthesize checks them (settings.check_options): a bad one is bad
     input named by its flag, before the manifest is read, rather than a failure of every line."""
-    from ..api import OptionError, check_options
+    from ..settings import check_options
 
     opts = {k: v for k, v in defaults.items() if k not in ("language", "preprocess_prompt")}
     try:
         check_options("", defaults["language"], None, **opts)
     except OptionError as e:
-        flag = "--layer-penalty" if e.option == "layer_penalty_factor" else "--" + e.option.replace("_", "-")
-        raise ValueError(f"{flag} {e.problem}, got {e.value!r}") from None
+        raise ValueError(flag_message(e, FLAGS)) from None
     except ValueError as e:
         raise ValueError(f"--language: {e}") from None
 

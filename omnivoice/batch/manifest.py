@@ -2,7 +2,7 @@
 
 One JSON object per line: `id` and `text` required; `ref_audio` (a path, relative to the manifest's folder),
 `ref_text`, `instruct`, `language_id` (or `language`), `duration`, `speed` as in the reference; also any
-synthesis option of `SynthesisRequest` (api.OPTIONS: seed, num_step, guidance_scale, ...; and
+synthesis option of `SynthesisRequest` (omnivoice.options: seed, num_step, guidance_scale, ...; and
 preprocess_prompt), which override the command line's defaults for that line.
 Blank lines are skipped. Other keys are ignored (the reference ignores them too) and reported once.
 
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..api import OPTIONS
 from ..engine.request import SynthesisRequest
+from ..options import DEFAULTS as OPTIONS
 
 __all__ = ["Item", "Manifest", "read_manifest", "REFERENCE_FIELDS", "OPTION_FIELDS"]
 
 REFERENCE_FIELDS = ("id", "text", "ref_audio", "ref_text", "instruct", "language_id", "language", "duration",
                     "speed")
-# the synthesis options beside the reference's fields (api.OPTIONS, the one table of them)
+# the synthesis options beside the reference's fields (omnivoice.options, the one table of them)
 OPTION_FIELDS = tuple(k for k in OPTIONS if k not in REFERENCE_FIELDS) + ("preprocess_prompt",)
 MAX_ID_BYTES = 200  # file names are at most 255 bytes; room for the extension and the writer's temp suffix
 

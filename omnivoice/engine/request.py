@@ -14,9 +14,10 @@ from typing import Any, Mapping, Optional, Union
 
 import numpy as np
 
-from ..api import OPTIONS, OptionError, make_settings
 from ..codec.voice import VoicePrompt
-from ..pipeline import Settings
+from ..options import DEFAULTS as OPTIONS
+from ..options import OptionError
+from ..settings import Settings, make_settings
 from ..text.languages import UnknownLanguageError
 from ..text.voice_design import InstructError
 
@@ -40,7 +41,7 @@ class SynthesisRequest:
     ref_audio: Optional[AudioInput] = None
     ref_text: Optional[str] = None
     voice: Optional[VoicePrompt] = None
-    # the options of synthesize, with api.OPTIONS' defaults (one table of them)
+    # the options of synthesize, with omnivoice.options' defaults (tests/test_options.py: these are its table)
     duration: Optional[float] = OPTIONS["duration"]
     speed: float = OPTIONS["speed"]
     num_step: int = OPTIONS["num_step"]
@@ -74,7 +75,7 @@ class SynthesisRequest:
         return cls(**dict(d))
 
     def options(self) -> dict:
-        """The keyword options of `OmniVoice.synthesize` (api.OPTIONS: everything but text, language, instruct,
+        """The keyword options of `OmniVoice.synthesize` (omnivoice.options.TABLE: everything but text, language, instruct,
         the voice and id)."""
         return {k: getattr(self, k) for k in OPTIONS}
 
@@ -85,7 +86,7 @@ class SynthesisRequest:
         return self
 
     def settings(self, wording: Optional[str] = None) -> Settings:
-        """The checked request as pipeline Settings: the options, language and instruct by api.make_settings,
+        """The checked request as pipeline Settings: the options, language and instruct by settings.make_settings,
         the one set of checks synthesize runs (OptionError, a ValueError, names a bad option); the text, the
         voice fields and id here. A `ref_audio` path must name a file soundfile can read (its header is read,
         the samples are not). `wording`: the text that decides whether instruct attributes are worded in

@@ -33,6 +33,7 @@ from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 
+from ..options import DEFAULTS, SAMPLER, check
 from .cuda_math import logf
 from .philox import CudaPhiloxGenerator, rand_like_many
 from .schedule import unmask_schedule
@@ -58,32 +59,23 @@ _CLASS_TOP_K_RATIO = 0.1  # the reference's _filter_top_k ratio
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """Sampler settings, defaults as in the reference's ``OmniVoiceGenerationConfig``.
+    """Sampler settings, defaults as in the reference's ``OmniVoiceGenerationConfig`` (their names, defaults and
+    bounds are omnivoice.options' table, which also checks them here: OptionError, a ValueError).
 
     ``guidance_scale`` is applied by the LM runner (see :class:`GuidedLM`); it is kept here so one
     object carries the whole sampler configuration.
     """
 
-    num_step: int = 32
-    guidance_scale: float = 2.0
-    t_shift: float = 0.1
-    layer_penalty_factor: float = 5.0
-    position_temperature: float = 5.0
-    class_temperature: float = 0.0
+    num_step: int = DEFAULTS["num_step"]
+    guidance_scale: float = DEFAULTS["guidance_scale"]
+    t_shift: float = DEFAULTS["t_shift"]
+    layer_penalty_factor: float = DEFAULTS["layer_penalty_factor"]
+    position_temperature: float = DEFAULTS["position_temperature"]
+    class_temperature: float = DEFAULTS["class_temperature"]
 
     def __post_init__(self) -> None:
-        if int(self.num_step) != self.num_step or self.num_step < 1:
-            raise ValueError(f"GenerationConfig.num_step must be an integer >= 1, got {self.num_step!r}")
-        if not self.t_shift > 0:
-            raise ValueError(f"GenerationConfig.t_shift must be > 0, got {self.t_shift!r}")
-        for name in ("position_temperature", "class_temperature", "guidance_scale"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"GenerationConfig.{name} must be a finite number >= 0, got {value!r}")
-        if not math.isfinite(self.layer_penalty_factor):
-            raise ValueError(
-                f"GenerationConfig.layer_penalty_factor must be finite, got {self.layer_penalty_factor!r}"
-            )
+        for name in SAMPLER:
+            check(name, getattr(self, name))
 
     @property
     def deterministic(self) -> bool:

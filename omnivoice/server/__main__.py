@@ -11,7 +11,8 @@ import os
 import sys
 from pathlib import Path
 
-from ..cli import EXIT_STATUS_HELP, add_quant_option, run
+from ..arguments import add_quant_option
+from ..cli import EXIT_STATUS_HELP, run
 
 EPILOG = f"""\
 The model loads in the background: GET /health answers 503 until it is ready; a model that cannot be loaded

@@ -5,7 +5,7 @@ OpenAI's fields: model (any name; this server has one model), input, voice (a li
 a built-in name), instructions (voice design attributes, e.g. "female, low pitch, british accent"),
 response_format (mp3 | opus | aac | flac | wav | pcm, default mp3; `ogg`, Ogg/Vorbis, is an extension), speed (0.25 to
 4.0), stream_format (audio | sse; absent: one whole response).
-Extensions: language, seed, num_step, duration, guidance_scale.
+Extensions: language, seed, num_step, duration, guidance_scale (omnivoice.options: their bounds and help).
 Unknown fields are refused (400 naming the field), as OpenAI's API does.
 """
 
@@ -15,6 +15,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..options import pydantic_field
 from .encoding import FORMATS
 from .engine_adapter import SynthesisRequest
 
@@ -40,14 +41,18 @@ class SpeechRequest(BaseModel):
     voice: Optional[Union[str, VoiceId]] = None
     instructions: Optional[str] = None
     response_format: ResponseFormat = "mp3"
-    speed: float = Field(1.0, ge=0.25, le=4.0)
+    # the options' bounds are omnivoice.options'; the server narrows three, each for its reason:
+    # speed: OpenAI's documented range for this field, 0.25 to 4.0, which its clients expect refused outside it
+    speed: float = pydantic_field("speed", 1.0, low=0.25, high=4.0)
     stream_format: Optional[Literal["audio", "sse"]] = None
-    # extensions
+    # extensions (absent: the table's default)
     language: Optional[str] = None
-    seed: Optional[int] = Field(None, ge=-1, lt=2**63)
-    num_step: Optional[int] = Field(None, ge=1, le=256)
-    duration: Optional[float] = Field(None, gt=0, le=600)
-    guidance_scale: Optional[float] = Field(None, ge=0, le=100)
+    seed: Optional[int] = pydantic_field("seed")
+    # num_step and duration: one request's work on a shared server is bounded (256 steps, 10 minutes of speech
+    # in one request; a longer text is chunked anyway), so one client cannot hold the engine for hours
+    num_step: Optional[int] = pydantic_field("num_step", high=256)
+    duration: Optional[float] = pydantic_field("duration", high=600)
+    guidance_scale: Optional[float] = pydantic_field("guidance_scale")
 
 
 def synthesis_request(body: SpeechRequest, voice=None, design: Optional[str] = None, **extra) -> SynthesisRequest:

@@ -1,0 +1,31 @@
+"""The command-line flags that the commands loading a model share (tts, batch, server): which weights and which
+CPU kernels. The synthesis options' flags are made by omnivoice.options.add_arguments."""
+
+from __future__ import annotations
+
+__all__ = ["add_quant_option"]
+
+
+def add_quant_option(group) -> None:
+    """`--quant` as every command that loads a model names it: what a checkpoint is converted to, or which file
+    of a folder or a repo of GGUFs is used (resolve.resolve_model; auto: resolve.default_quant)."""
+    from .resolve import REPO_QUANT_ORDER
+
+    group.add_argument("--quant", default="auto", choices=("auto",) + REPO_QUANT_ORDER, metavar="QUANT",
+                       help="LM weight type: what a checkpoint is converted to, or which file of a folder or a "
+                            f"repo of GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on "
+                            "CUDA, f16 on other GPUs; on the CPU by its kernels: bf16 with AMX, f16 "
+                            "with AVX2 and F16C, else f32)")
+    from .runners.lm import CPU_PRODUCTS
+
+    group.add_argument("--cpu-products", choices=CPU_PRODUCTS, default=None,
+                       help="the LM's matrix products on the CPU: ggml's, or one of the package's kernels: i16, "
+                            "13-bit integers for x86 with AVX2 (F16's rounding, 1.4-1.8x ggml's products on AVX2 "
+                            "CPUs; 2 bytes a weight in memory), i8, 8-bit activations and 7-bit weights for x86 "
+                            "with AVX2 (the precision class of ggml's Q8_0 and K-quant products, 1.3-1.4x i16's "
+                            "speed; 1 byte a weight), amx, BF16 on Intel's AMX tiles (BF16's rounding, "
+                            "1.5-2.1x ggml's Q8_0 on AMX; 2 bytes a weight), fma, float32 with AVX2 or AVX-512 (4 "
+                            "bytes a weight); default OMNIVOICE_CPU_PRODUCTS, else auto: fma for f32 weights; for "
+                            "the others amx on CPUs with AMX-BF16, else i8 on AVX2 CPUs (i16 for F16's precision "
+                            "there) but ggml's for bf16 weights with AVX-512 BF16, ggml's otherwise. "
+                            "ggml also keeps ggml's products in the codec, whose convolutions run on fma otherwise")
