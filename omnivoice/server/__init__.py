@@ -2,6 +2,8 @@
 
     app.py          configuration, background model loading, the gates (auth, body limit, request counts)
     routes.py       the endpoints: speech (whole, streamed, SSE), cloning, the voice library, models, health
+    ws.py           WS /v1/audio/speech/stream: text in pieces in, audio out sentence by sentence
+    textstream.py   text that arrives in pieces -> sentences -> engine requests (ws.py's and omnivoice.wyoming's)
     schema.py       the speech request and its mapping onto the engine's SynthesisRequest
     voices.py       the voices folder (VoicePrompt files) and OpenAI's built-in voice names
     encoding.py     response audio: OpenAI's formats onto omnivoice.audio.io's encoders

@@ -49,7 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default 10; an idle engine starts at once)")
     g.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503 (default 64)")
     g.add_argument("--max-upload-mb", type=float, default=20.0, help="request body limit in MiB (default 20)")
-    g.add_argument("--max-input-chars", type=int, default=4096, help="longest input text (default 4096)")
+    g.add_argument("--max-input-chars", type=int, default=4096,
+                   help="longest input text; on the WebSocket, the most text pending per connection (default 4096)")
+    g.add_argument("--ws-idle-timeout", type=float, default=60.0,
+                   help="seconds a WebSocket may stay without a message while nothing is spoken (default 60)")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -64,7 +67,8 @@ def config_from_args(args):
             raise ValueError(f"--max-batch must be 'auto' or a positive integer, got {args.max_batch!r}") from None
     for name, value in (("--max-batch", args.max_batch if args.max_batch != "auto" else 1),
                         ("--max-queue", args.max_queue), ("--max-input-chars", args.max_input_chars),
-                        ("--port", args.port + 1), ("--max-upload-mb", args.max_upload_mb)):
+                        ("--port", args.port + 1), ("--max-upload-mb", args.max_upload_mb),
+                        ("--ws-idle-timeout", args.ws_idle_timeout)):
         if not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")
     if args.max_wait_ms < 0:
@@ -75,7 +79,8 @@ def config_from_args(args):
                         cpu_products=args.cpu_products, threads=args.threads, voices=args.voices,
                         api_key=args.api_key, max_batch=args.max_batch,
                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                        max_upload_bytes=int(args.max_upload_mb * 2**20), max_input_chars=args.max_input_chars)
+                        max_upload_bytes=int(args.max_upload_mb * 2**20), max_input_chars=args.max_input_chars,
+                        ws_idle_timeout=args.ws_idle_timeout)
 
 
 def serve(args) -> int:

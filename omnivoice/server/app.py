@@ -47,6 +47,7 @@ class ServerConfig:
     max_upload_bytes: int = 20 * 2**20
     max_input_chars: int = 4096
     max_reference_seconds: float = 60.0
+    ws_idle_timeout: float = 60.0
     model_id: str = "omnivoice"
 
 
@@ -85,6 +86,7 @@ def create_app(config: ServerConfig, loader: Optional[Callable] = None,
     """The app for `config`. `loader(config)` returns the backend (default: load the model and start the engine);
     it runs in a thread at startup. `on_load_error(exc)` is told when it fails (the CLI then shuts down)."""
     from .routes import router
+    from .ws import router as ws_router
 
     state = ServerState(config)
     loader = loader or default_loader
@@ -115,6 +117,7 @@ def create_app(config: ServerConfig, loader: Optional[Callable] = None,
     app.state.server = state
     errors.install(app)
     app.include_router(router)
+    app.include_router(ws_router)
     app.add_middleware(LimitBody, limit=config.max_upload_bytes)
     app.add_middleware(RequireKey, api_key=config.api_key)
     app.add_middleware(CountRequests, metrics=state.metrics)

@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse
 
 log = logging.getLogger("omnivoice.server")
 
-__all__ = ["APIError", "error_body", "error_response", "install"]
+__all__ = ["APIError", "error_body", "error_response", "install", "validation_error"]
 
 
 def _type_for(status: int) -> str:
@@ -80,6 +80,12 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]
             param, "invalid_value")
 
 
+def validation_error(exc) -> APIError:
+    """The 400 for a RequestValidationError or a pydantic ValidationError: its first problem."""
+    message, param, code = _validation_message(exc)
+    return APIError(400, message, code, param)
+
+
 def install(app: FastAPI) -> None:
     """Answer every error of `app` in OpenAI's shape."""
 
@@ -89,8 +95,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
-        message, param, code = _validation_message(exc)
-        return APIError(400, message, code, param).response()
+        return validation_error(exc).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):

@@ -1,0 +1,156 @@
+"""Text that arrives in pieces -> speech, sentence by sentence, through the batched engine: the one path of both
+streaming doors (the WebSocket route, ws.py, and the Wyoming server, omnivoice.wyoming).
+
+    stream = TextStream(backend.submit, SynthesisRequest("", voice=..., seed=7))   # its text is not used
+    stream.feed("Hello th"); stream.feed("ere. How are"); stream.end()
+    async for segment in stream:          # Segment(text, audio): float32 24 kHz, one per sentence, in order
+        ...
+
+Sentences are text.sentences.SentenceFeed's: those of the whole text whatever the split, each complete once the
+next one has begun (or at `flush()` / `end()`). The stream's first sentence is cut by the engine's first-piece
+rule (engine.stream_sentences: a long first sentence speaks its first clause alone, for an early first audio).
+
+Each sentence is one engine request, never chunked, so the sentences of many streams share the engine's
+batches with every other request. The voice is the request's (a library voice); without one, as in the engine's
+own streams, the first sentence's tokens and text voice the rest, so the later sentences wait for the first one's
+tokens. At most LOOKAHEAD sentences of a stream are in the engine at once: one long text does not take the
+batch's slots from other clients, and the next sentence is already generating while one is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import AsyncIterator, Callable, Optional
+
+import numpy as np
+
+from ..codec.voice import VoicePrompt
+from ..engine import Job, SynthesisRequest, stream_sentences
+from ..text.sentences import SentenceFeed
+
+__all__ = ["LOOKAHEAD", "Segment", "TextStream"]
+
+LOOKAHEAD = 2
+
+
+@dataclass
+class Segment:
+    """One spoken sentence (or first clause): its text and its audio, float32 mono at the engine's rate."""
+
+    text: str
+    audio: np.ndarray
+
+
+class TextStream:
+    """One utterance of text that arrives in pieces; async-iterate it for its Segments (see the module docstring).
+
+    `submit(request)` queues one sentence (SpeechBackend.submit or Engine.submit): its ValueError (a bad request)
+    or EngineFull comes out of `feed`/`flush`/`end` or of the iteration, whichever submitted the sentence; a
+    sentence's failure comes out of the iteration. Not thread-safe: one event loop drives it."""
+
+    def __init__(self, submit: Callable[[SynthesisRequest], Job], request: SynthesisRequest) -> None:
+        self._submit = submit
+        self._request = replace(request, chunk_duration=0.0)  # a sentence is never chunked (as in the engine)
+        # the voice of the sentences after the first: the request's, else the first sentence's once it is spoken
+        self._voice: Optional[VoicePrompt] = request.voice
+        self._own_voice = request.voice is None and request.ref_audio is None
+        self._feed = SentenceFeed()
+        self._first = True                        # the next sentence is the stream's first
+        self._waiting: deque[str] = deque()      # sentences not yet submitted
+        self._jobs: deque[tuple[str, Job]] = deque()
+        self._submitted = 0
+        self._ended = False
+        self._cancelled = False
+        self._wake = asyncio.Event()
+
+    @property
+    def pending_chars(self) -> int:
+        """Characters received and not yet submitted to the engine (the bound a door puts on a client)."""
+        return len(self._feed.pending) + sum(len(s) for s in self._waiting)
+
+    @property
+    def ended(self) -> bool:
+        """Whether end() (or cancel()) was called: no more text is taken."""
+        return self._ended
+
+    @property
+    def busy(self) -> bool:
+        """Whether sentences are waiting for the engine or in it (audio still to come without more text)."""
+        return bool(self._waiting or self._jobs)
+
+    def feed(self, text: str) -> None:
+        """Add a piece of text (any split, even mid-word); the sentences it completes are queued."""
+        self._queue(self._feed.feed(text))
+
+    def flush(self) -> None:
+        """Speak what is pending now, as a sentence, without waiting for the text after it."""
+        self._queue(self._feed.end())
+
+    def end(self) -> None:
+        """No more text: what is pending is spoken, and the iteration ends after the last sentence."""
+        self._ended = True
+        self.flush()
+
+    def cancel(self) -> None:
+        """Stop: queued sentences are dropped, the ones in the engine cancelled, the iteration ends."""
+        self._ended = self._cancelled = True
+        self._waiting.clear()
+        for _, job in self._jobs:
+            job.cancel()
+        self._jobs.clear()
+        self._wake.set()
+
+    @property
+    def jobs(self) -> list[Job]:
+        """The engine jobs in flight, oldest first."""
+        return [job for _, job in self._jobs]
+
+    def _queue(self, sentences: list[str]) -> None:
+        for sentence in sentences:
+            if self._first:
+                self._waiting.extend(stream_sentences(sentence))
+                self._first = False
+            else:
+                self._waiting.append(sentence)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Submit waiting sentences while the lookahead allows and their voice is known."""
+        self._wake.set()
+        while self._waiting and len(self._jobs) < LOOKAHEAD:
+            if self._own_voice and self._submitted and self._voice is None:
+                return  # the first sentence's tokens are not back yet
+            text = self._waiting[0]
+            voice = self._voice if self._own_voice else self._request.voice
+            job = self._submit(replace(self._request, text=text, voice=voice))
+            self._waiting.popleft()
+            self._jobs.append((text, job))
+            self._submitted += 1
+
+    def __aiter__(self) -> AsyncIterator[Segment]:
+        return self._segments()
+
+    async def _segments(self) -> AsyncIterator[Segment]:
+        while True:
+            if self._jobs:
+                text, job = self._jobs[0]
+                try:
+                    result = await asyncio.wrap_future(job.future)
+                except Exception:
+                    if self._cancelled:
+                        return
+                    raise
+                if self._cancelled:
+                    return
+                self._jobs.popleft()
+                if self._own_voice and self._voice is None:
+                    self._voice = VoicePrompt(result.tokens[0], text, None)
+                self._pump()
+                yield Segment(text, result.audio)
+            elif self._ended and not self._waiting:
+                return
+            else:
+                self._wake.clear()
+                await self._wake.wait()
