@@ -3,7 +3,20 @@ CPU kernels. The synthesis options' flags are made by omnivoice.options.add_argu
 
 from __future__ import annotations
 
-__all__ = ["add_quant_option"]
+import argparse
+
+__all__ = ["add_quant_option", "thread_count"]
+
+
+def thread_count(value: str) -> int:
+    """`--threads` as every command line takes it (an argparse type): a whole number from 1 to the bound of
+    ggml.threads.check_threads, so that a count the process cannot start is refused before a model loads."""
+    from .ggml.threads import check_threads
+
+    try:
+        return check_threads(value, "")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_quant_option(group) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import cli
-from .arguments import add_quant_option
+from .arguments import add_quant_option, thread_count
 from .options import DEFAULTS, OptionError, add_arguments, flag_message, flags, from_arguments
 
 FORMATS = ("wav16", "wav24", "wav32", "flac", "ogg", "opus", "mp3")
@@ -52,16 +52,6 @@ PRIMARY = {"num_step": "--steps"}
 FLAGS = {"language": "--lang", "instruct": "--instruct", **flags(OPTION_FLAGS + ("denoise",), PRIMARY)}
 
 
-def _threads(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value!r}")
-    return n
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m omnivoice.tts", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -75,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
     add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
-    g.add_argument("--threads", type=_threads,
+    g.add_argument("--threads", type=thread_count,
                    help="CPU threads (default: $OMNIVOICE_THREADS, else the cores this process may use less those "
                         "busy with other work, by the load average: a thread sharing a busy core slows all)")
     g.add_argument("--list-devices", action="store_true", help="print the usable backends and devices, exit")

@@ -14,7 +14,7 @@ import time
 from typing import Optional
 
 from .. import cli
-from ..arguments import add_quant_option
+from ..arguments import add_quant_option, thread_count
 from ..cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_OOM
 from ..options import OptionError, add_arguments, flag_message, flags, from_arguments
 from .manifest import read_manifest
@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
     add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
-    g.add_argument("--threads", type=int, help="CPU threads (default: all cores; with --cpu-actors, shared)")
+    g.add_argument("--threads", type=thread_count,
+                   help="CPU threads (default: all cores; with --cpu-actors, shared)")
     g.add_argument("--batch-size", default="auto",
                    help="requests per LM step (default auto: by device and free memory)")
 

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from .. import cli
+from ..arguments import thread_count
 from ..audio import MAX_REFERENCE_SECONDS, load_audio, preprocess_reference
 from ..audio.io import OUTPUT_FORMATS, output_format, write_audio
 from .rvq_format import FORMAT_OMNIVOICE, FORMATS, MAGIC, RvqFormatError, read_rvq, save_rvq
@@ -48,7 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--encode-backend", default=None,
                     help="backend for encoding only (default: --backend). On CUDA, ggml's F32 matrix products run "
                          "in TF32; --encode-backend cpu gives codes identical to the float32 reference")
-    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: all available)")
+    ap.add_argument("--threads", type=thread_count, default=None, help="CPU threads (default: all available)")
     ap.add_argument("--no-preprocess", action="store_true",
                     help="encode without the silence trim (RMS auto-gain and frame truncation still apply)")
     ap.add_argument("--rvq-format", default=FORMAT_OMNIVOICE, choices=FORMATS,

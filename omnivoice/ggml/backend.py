@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 
 from ._ffi import LIB_DIR, ffi, lib
-from .threads import default_threads
+from .threads import resolve_threads
 
 log = logging.getLogger("omnivoice.ggml")
 _loaded = False
@@ -236,7 +236,7 @@ class Runtime:
         has no F32 flash kernel). CUDA's TF32 is switched off by NVIDIA_TF32_OVERRIDE=0 in the environment."""
         self.device, dev = find_device(spec)
         self._dev = dev
-        self.n_threads = n_threads or default_threads()
+        self.n_threads = resolve_threads(n_threads)
         self.exact_f32 = exact_f32_default() if exact_f32 is None else bool(exact_f32)
         if self.device.backend.lower() == "vulkan":
             self.exact_f32 = _vulkan_mode(self.exact_f32)

@@ -5,7 +5,9 @@ that shares its core with another busy process holds all the others back: on a 2
 the old default of one thread per core ran 2.5x slower than one thread (issue 13). The default is therefore
 the cores this process may use (its CPU affinity, and a cgroup CPU quota where one is set) less the ones other
 work keeps busy now (a short sample of the host's CPU time, less this process's own, scaled to those cores),
-and at least one. OMNIVOICE_THREADS or an explicit thread count overrides it.
+and at least one. OMNIVOICE_THREADS or an explicit thread count overrides it, up to MAX_THREADS_PER_CORE
+threads for each usable core (max_threads): 100 000 threads crashed ggml's thread launch with SIGSEGV, and a
+few thousand under a memory limit ended in libgomp's "Thread creation failed" with no error line.
 """
 
 from __future__ import annotations
@@ -93,12 +95,38 @@ def _own_ticks() -> int:
     return int(fields[11]) + int(fields[12])  # utime, stime: the stat fields 14 and 15
 
 
+# More threads than cores only add barrier waits (see above); a few per core still leaves room to oversubscribe
+# on purpose, far from the thousands that exhaust the process's memory or thread limit.
+MAX_THREADS_PER_CORE = 4
+
+
+def max_threads() -> int:
+    """The most CPU threads a model may run on: MAX_THREADS_PER_CORE for each core this process may use."""
+    return MAX_THREADS_PER_CORE * usable_cores()
+
+
+def check_threads(n: object, what: str = "threads") -> int:
+    """`n` as a thread count: a whole number from 1 to max_threads(), else a ValueError naming `what`."""
+    text = str(n).strip()
+    if isinstance(n, bool) or not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{what} must be a whole number >= 1, got {n!r}".strip())
+    limit = max_threads()
+    if int(text) > limit:
+        raise ValueError(f"{what} {int(text)}: more than the {limit} threads this process may start "
+                         f"({MAX_THREADS_PER_CORE} for each of the {usable_cores()} cores it may use)".strip())
+    return int(text)
+
+
+def resolve_threads(n: Optional[int] = None) -> int:
+    """The thread count a runtime uses: `n` if given, else default_threads(); checked by check_threads."""
+    return default_threads() if n is None else check_threads(n, "the thread count")
+
+
 def default_threads() -> int:
-    """CPU threads: OMNIVOICE_THREADS if set, else the usable cores less the busy ones, at least 1."""
+    """CPU threads: OMNIVOICE_THREADS if set (checked by check_threads), else the usable cores less the busy
+    ones, at least 1."""
     env = os.environ.get("OMNIVOICE_THREADS", "").strip()
     if env:
-        if not env.isdigit() or int(env) < 1:
-            raise ValueError(f"OMNIVOICE_THREADS must be a whole number >= 1, got {env!r}")
-        return int(env)
+        return check_threads(env, "OMNIVOICE_THREADS")
     cores = usable_cores()
     return max(1, cores - busy_cores(cores))

@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..arguments import add_quant_option
+from ..arguments import add_quant_option, thread_count
 from ..cli import EXIT_STATUS_HELP, run
 
 EPILOG = f"""\

@@ -295,3 +295,21 @@ def test_stream_with_empty_stdin_is_bad_input(model):
     r = tts(*model, *FAST, "-o", "-", stdin=b"\n  \n")
     bad(r, "empty")
     assert r.stdout == b""
+
+
+@pytest.mark.parametrize("where", ["option", "environment"])
+def test_a_thread_count_past_the_bound_is_bad_input(model, tmp_path, where):
+    """--threads 100000 (or OMNIVOICE_THREADS=100000) ended in SIGSEGV in ggml's thread launch: now exit 2, one
+    error line naming where the count came from, and no output."""
+    import os
+
+    out = tmp_path / "o.wav"
+    cmd = [sys.executable, "-m", "omnivoice.tts", "Hallo.", *model, *FAST, "-o", str(out)]
+    env = dict(os.environ, OMNIVOICE_THREADS="100000")
+    if where == "option":
+        cmd += ["--threads", "100000"]
+        env.pop("OMNIVOICE_THREADS")
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, timeout=300, env=env)
+    err = bad(r, "100000: more than the", "threads this process may start")
+    assert ("--threads" if where == "option" else "OMNIVOICE_THREADS") in err
+    assert os.listdir(tmp_path) == []

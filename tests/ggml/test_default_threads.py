@@ -119,3 +119,23 @@ def test_a_process_spinning_now_is_seen():
     finally:
         child.kill()
         child.wait()
+
+
+def test_thread_counts_are_bounded_by_the_usable_cores(host, monkeypatch):
+    """100 000 threads crashed ggml's launch (SIGSEGV): a count past MAX_THREADS_PER_CORE a core is refused,
+    from an explicit count and from OMNIVOICE_THREADS alike."""
+    host.cores = host.cpus = 2
+    assert threads.max_threads() == 2 * threads.MAX_THREADS_PER_CORE
+    assert threads.resolve_threads(threads.max_threads()) == threads.max_threads()
+    with pytest.raises(ValueError, match=r"the thread count 100000: more than the 8 threads"):
+        threads.resolve_threads(100000)
+    monkeypatch.setenv("OMNIVOICE_THREADS", "9")
+    with pytest.raises(ValueError, match=r"OMNIVOICE_THREADS 9: more than the 8 threads .* 2 cores"):
+        threads.resolve_threads(None)
+    host.quota = 1.0  # a cgroup quota of one core bounds it too
+    monkeypatch.setenv("OMNIVOICE_THREADS", "5")
+    with pytest.raises(ValueError, match="more than the 4 threads"):
+        threads.default_threads()
+    for bad in (0, -1, True, "x"):
+        with pytest.raises(ValueError, match="must be a whole number >= 1"):
+            threads.check_threads(bad)
