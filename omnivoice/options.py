@@ -28,7 +28,10 @@ import numpy as np
 __all__ = ["Option", "OptionError", "TABLE", "DEFAULTS", "SAMPLER", "MAX_DURATION", "check", "check_all",
            "flags", "add_arguments", "from_arguments", "flag_message", "pydantic_field"]
 
-MAX_DURATION = 24 * 3600.0  # a bound on what `duration` can mean, not a promise that memory allows it
+# The longest `duration` one LM context holds: Qwen3's 40960 positions at the codec's 25 frames a second. Longer
+# asked for one graph past the context (the pipeline refuses a chunk that does not fit its model's context, with
+# the prompt); 900 s, inside it, is a step of minutes on a CPU. Not a promise that memory allows it.
+MAX_DURATION = 40960 / 25
 
 
 class OptionError(ValueError):
