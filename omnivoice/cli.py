@@ -13,7 +13,11 @@ Exit status, the same in every CLI (tts, codec, convert, cache, ...):
 
 On SIGINT or SIGTERM the running command unwinds as from an exception, so every `finally` runs and every atomic
 writer removes its temporary file: no partial output, no `.tmp` left behind. Further signals are ignored while
-it unwinds (a second Ctrl-C prints no traceback); the unwinding only closes files and frees memory.
+it unwinds (a second Ctrl-C, or SIGTERM and SIGINT just after it, prints no traceback); the unwinding only closes
+files and frees memory. A signal's handler runs only once the main thread is back in Python, and one native
+step can take minutes (an LM step over a long chunk is a single ggml call): when the handler has not run
+within TERMINATION_GRACE_S, a watchdog thread, which sees the signal at once, removes the outputs under way
+(files.remove_partial_outputs) and ends the process with the same status and message.
 """
 
 from __future__ import annotations
@@ -43,12 +47,76 @@ class Terminated(BaseException):
     """SIGTERM arrived. A BaseException, as KeyboardInterrupt is, so that no `except Exception` swallows it."""
 
 
+# How long a signal may wait for the main thread to handle it before the watchdog ends the process.
+TERMINATION_GRACE_S = 2.0
+
+_handled = threading.Event()  # the main thread has run _on_signal
+
+
 def _on_signal(signum: int, frame) -> None:
     for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, signal.SIG_IGN)
+        signal.signal(s, _ignore)
+    _handled.set()
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated
+
+
+def _ignore(signum: int, frame) -> None:
+    """A signal after the first, while the command unwinds. A Python handler rather than SIG_IGN: a signal that
+    arrived before SIG_IGN was set but is handled after finds no handler, and Python prints "OSError: Signal 15
+    ignored due to race condition" (SIGINT, then SIGTERM and SIGINT 50 ms apart, printed it every time)."""
+
+
+class _Watchdog:
+    """Ends the process when SIGINT or SIGTERM is not handled within TERMINATION_GRACE_S: the main thread is
+    stuck in a native call. It hears the signal through Python's wakeup fd, which the C-level handler writes at
+    once; where something else holds the wakeup fd (an event loop) it does not start."""
+
+    def __init__(self) -> None:
+        self.thread: Optional[threading.Thread] = None
+        self._heard = False
+        _handled.clear()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        taken = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        if taken != -1:  # give it back
+            signal.set_wakeup_fd(taken)
+            os.close(self._read)
+            os.close(self._write)
+            return
+        self.thread = threading.Thread(target=self._watch, name="omnivoice-signal-watchdog", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while True:
+            data = os.read(self._read, 1)
+            if not data:  # stop(): the command ended
+                os.close(self._read)
+                return
+            if data[0] in (signal.SIGINT, signal.SIGTERM):
+                break
+        # the read end stays open: later signals are still written to the wakeup fd (a closed pipe would have
+        # Python report each write's BrokenPipeError); stop() closes it
+        self._heard = True
+        if _handled.wait(TERMINATION_GRACE_S) or self.thread is None:
+            return
+        from .files import remove_partial_outputs
+
+        remove_partial_outputs()
+        interrupted = data[0] == signal.SIGINT
+        with contextlib.suppress(Exception):
+            print("interrupted" if interrupted else "terminated", file=sys.stderr, flush=True)
+        os._exit(EXIT_SIGINT if interrupted else EXIT_SIGTERM)
+
+    def stop(self) -> None:
+        if self.thread is None:
+            return
+        self.thread = None
+        signal.set_wakeup_fd(-1)
+        os.close(self._write)  # a watching thread reads the end of the pipe and closes its end
+        if self._heard:
+            os.close(self._read)
 
 
 @contextlib.contextmanager
@@ -76,9 +144,10 @@ def run(body: Callable[[], int]) -> int:
 
     The traceback of an internal failure is logged at debug level (shown with --verbose).
     """
-    handlers = None
+    handlers, watchdog = None, None
     if threading.current_thread() is threading.main_thread():
         handlers = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        watchdog = _Watchdog()
     signalled = False
     try:
         return body()
@@ -110,6 +179,8 @@ def run(body: Callable[[], int]) -> int:
         print(f"error: internal failure: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         if handlers and not signalled:  # after a signal the process is exiting: keep ignoring the next one
             for s, h in handlers.items():
                 signal.signal(s, h)

@@ -89,6 +89,7 @@ def atomic_write(path: PathLike, what: str = "the output") -> Iterator[BinaryIO]
                 raise FileWriteError(f"{target}: cannot write ({_reason(exc)})") from exc
         return
     f, tmp = _open_temporary(target)
+    _in_progress.add(tmp)
     try:
         with f:
             yield f
@@ -101,6 +102,20 @@ def atomic_write(path: PathLike, what: str = "the output") -> Iterator[BinaryIO]
         if isinstance(exc, OSError):
             raise FileWriteError(f"{target}: cannot write ({_reason(exc)})") from exc
         raise
+    finally:
+        _in_progress.discard(tmp)
+
+
+# The temporary files of the atomic writes under way, for remove_partial_outputs.
+_in_progress: set[Path] = set()
+
+
+def remove_partial_outputs() -> None:
+    """Remove the temporary file of every atomic write under way: for a process that must exit without unwinding
+    (cli's termination watchdog, while the main thread is stuck in a native call)."""
+    for tmp in list(_in_progress):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def atomic_write_bytes(path: PathLike, blob: bytes, what: str = "the output") -> None:
