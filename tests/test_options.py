@@ -28,7 +28,7 @@ REFERENCE = {"duration": None, "speed": 1.0, "num_step": 32, "guidance_scale": 2
 
 # values at and around each option's bounds, and some that are no number at all
 PROBES = [-1e30, -2, -1, -0.5, 0, 1e-9, 0.1, 0.24, 0.25, 1, 2.5, 4, 4.01, 10, 10.5, 100, 101, 256, 257, 600, 601,
-          86400, 86401, 2**63, 2**64 - 1, 2**64, math.inf, math.nan, "3", True, None]
+          1638.4, 1639, 86400, 86401, 2**63, 2**64 - 1, 2**64, math.inf, math.nan, "3", True, None]
 # the server's narrower bounds, each with its reason in server/schema.py
 SERVER_NARROWS = {"speed", "num_step", "duration"}
 

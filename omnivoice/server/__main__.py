@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     add_quant_option(g)
-    g.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    g.add_argument("--threads", type=thread_count, help="CPU threads (default: all cores)")
     g = p.add_argument_group("serving")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     g.add_argument("--port", type=int, default=8000)
