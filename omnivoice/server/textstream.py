@@ -6,9 +6,9 @@ streaming doors (the WebSocket route, ws.py, and the Wyoming server, omnivoice.w
     async for segment in stream:          # Segment(text, audio): float32 24 kHz, one per sentence, in order
         ...
 
-Sentences are text.sentences.SentenceFeed's: those of the whole text whatever the split, each complete once the
-next one has begun (or at `flush()` / `end()`). The stream's first sentence is cut by the engine's first-piece
-rule (engine.stream_sentences: a long first sentence speaks its first clause alone, for an early first audio).
+The text is cut by the streaming rule of every streamed path (text.streaming.StreamFeed): the sentences of the
+whole text whatever the split, each complete once the next one has begun (or at `flush()` / `end()`), and a long
+first sentence's first clause spoken alone, for an early first audio.
 
 Each sentence is one engine request, never chunked, so the sentences of many streams share the engine's
 batches with every other request. The voice is the request's (a library voice); without one, as in the engine's
@@ -27,8 +27,8 @@ from typing import AsyncIterator, Callable, Optional
 import numpy as np
 
 from ..codec.voice import VoicePrompt
-from ..engine import Job, SynthesisRequest, stream_sentences
-from ..text.sentences import SentenceFeed
+from ..engine import Job, SynthesisRequest
+from ..text.streaming import StreamFeed
 
 __all__ = ["LOOKAHEAD", "Segment", "TextStream"]
 
@@ -56,8 +56,7 @@ class TextStream:
         # the voice of the sentences after the first: the request's, else the first sentence's once it is spoken
         self._voice: Optional[VoicePrompt] = request.voice
         self._own_voice = request.voice is None and request.ref_audio is None
-        self._feed = SentenceFeed()
-        self._first = True                        # the next sentence is the stream's first
+        self._feed = StreamFeed()
         self._waiting: deque[str] = deque()      # sentences not yet submitted
         self._jobs: deque[tuple[str, Job]] = deque()
         self._submitted = 0
@@ -86,7 +85,7 @@ class TextStream:
 
     def flush(self) -> None:
         """Speak what is pending now, as a sentence, without waiting for the text after it."""
-        self._queue(self._feed.end())
+        self._queue(self._feed.flush())
 
     def end(self) -> None:
         """No more text: what is pending is spoken, and the iteration ends after the last sentence."""
@@ -108,12 +107,7 @@ class TextStream:
         return [job for _, job in self._jobs]
 
     def _queue(self, sentences: list[str]) -> None:
-        for sentence in sentences:
-            if self._first:
-                self._waiting.extend(stream_sentences(sentence))
-                self._first = False
-            else:
-                self._waiting.append(sentence)
+        self._waiting.extend(sentences)
         self._pump()
 
     def _pump(self) -> None:

@@ -2,7 +2,8 @@
 the server's streamed responses) cuts text into the pieces it speaks one after another.
 
 - Sentences as `sentences.split_sentences` cuts them (sentence ends only, abbreviations kept whole), from a whole
-  text or from text that arrives in pieces (`sentences.complete_sentences`).
+  text or from text that arrives in pieces (`sentences.SentenceFeed`: the same sentences whatever the split),
+  pulled (`stream_arriving_sentences`) or pushed (`StreamFeed`, for servers that receive the pieces).
 - The first piece is kept short, so that the first audio comes early: a first sentence longer than
   FIRST_SENTENCE_MAX_CHARS is split at its clauses (commas and the like, `chunking.chunk_text_punctuation`) into
   a head of at most FIRST_PIECE_CHARS and the rest of the sentence. A sentence without clause punctuation stays
@@ -14,10 +15,10 @@ from __future__ import annotations
 from typing import Iterable, Iterator, List
 
 from .chunking import chunk_text_punctuation
-from .sentences import complete_sentences, split_sentences
+from .sentences import SentenceFeed, split_sentences
 
 __all__ = ["FIRST_SENTENCE_MAX_CHARS", "FIRST_PIECE_CHARS", "first_pieces", "stream_sentences",
-           "stream_arriving_sentences"]
+           "stream_arriving_sentences", "StreamFeed"]
 
 # A first sentence longer than this is split at its clauses into a head of at most FIRST_PIECE_CHARS: about three
 # seconds of speech, generated while the rest waits its turn.
@@ -46,12 +47,35 @@ def stream_sentences(text: str) -> List[str]:
 
 def stream_arriving_sentences(pieces: Iterable[str]) -> Iterator[str]:
     """Text that arrives in pieces (lines of a pipe, a chat model's tokens) as the pieces a stream speaks, each
-    yielded as soon as the text after it shows its sentence is complete (`complete_sentences`). Yields nothing
-    for empty text."""
-    first = True
-    for sentence in complete_sentences(pieces):
-        if first:
-            yield from first_pieces(sentence)
-            first = False
-        else:
-            yield sentence
+    yielded as soon as the text after it shows its sentence is complete (StreamFeed). Yields nothing for empty
+    text."""
+    feed = StreamFeed()
+    for piece in pieces:
+        yield from feed.feed(piece)
+    yield from feed.flush()
+
+
+class StreamFeed:
+    """The streaming rule for text pushed in pieces: `feed(piece)` returns the pieces to speak that it completed,
+    `flush()` what is pending, to be spoken now (at the end of the text, or when a client asks for it)."""
+
+    def __init__(self) -> None:
+        self._sentences = SentenceFeed()
+        self._first = True
+
+    @property
+    def pending(self) -> str:
+        """The text received whose sentence is not complete yet."""
+        return self._sentences.pending
+
+    def feed(self, piece: str) -> List[str]:
+        return self._spoken(self._sentences.feed(piece))
+
+    def flush(self) -> List[str]:
+        return self._spoken(self._sentences.end())
+
+    def _spoken(self, sentences: List[str]) -> List[str]:
+        if sentences and self._first:
+            self._first = False
+            return first_pieces(sentences[0]) + sentences[1:]
+        return sentences

@@ -11,7 +11,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from omnivoice.engine import stream_sentences
+from omnivoice.text.streaming import stream_sentences
 from omnivoice.server.ws import CLOSE_CODES
 
 from tests.server.conftest import start_server, stop_server

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from omnivoice.text.streaming import FIRST_PIECE_CHARS, stream_arriving_sentences, stream_sentences
+from omnivoice.text.streaming import FIRST_PIECE_CHARS, StreamFeed, stream_arriving_sentences, stream_sentences
 
 LONG_FIRST = ("When the long first sentence goes on, and on, past several clauses, with commas between them, "
               "it should be split for early audio. Then the rest. And more!")
@@ -36,3 +36,10 @@ def test_empty_text_is_refused():
 def test_arriving_text_gives_the_whole_texts_pieces(cut):
     pieces = [LONG_FIRST[i:i + cut] for i in range(0, len(LONG_FIRST), cut)]
     assert list(stream_arriving_sentences(pieces)) == stream_sentences(LONG_FIRST)
+
+
+def test_pushed_pieces_give_the_whole_texts_pieces_and_flush_speaks_the_pending_text():
+    feed = StreamFeed()
+    spoken = [p for ch in LONG_FIRST for p in feed.feed(ch)]
+    assert feed.pending == " And more!" and spoken + feed.flush() == stream_sentences(LONG_FIRST)
+    assert feed.feed("Half a sen") == [] and feed.flush() == ["Half a sen"]  # later sentences are not cut
