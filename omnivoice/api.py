@@ -50,7 +50,7 @@ class OmniVoice:
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
                  n_threads: Optional[int] = None, quant: str = "auto", flash_attn: Optional[bool] = None,
                  clamp_fp16: bool = False, exact_f32: Optional[bool] = None,
-                 cpu_products: Optional[str] = None) -> None:
+                 cpu_products: Optional[str] = None, device_maskgit: Optional[bool] = None) -> None:
         """Load the LM, the codec and the tokenizer onto `backend` (auto, cpu, cuda, vulkan, metal[:N]).
 
         `model`: an LM GGUF, a folder of converted GGUFs, a checkpoint directory or a Hugging Face repo id (see
@@ -68,7 +68,9 @@ class OmniVoice:
         (its float32 kernel); default OMNIVOICE_CPU_PRODUCTS, else "auto": fma for F32 weights (on AVX-512 CPUs
         up to 4 threads), and for the other types amx on CPUs with AMX-BF16, else i8 on AVX2 CPUs but for BF16
         weights where ggml has AVX-512 BF16 dot products (runners.lm.products_kernel). The codec's convolutions on
-        the CPU run on the fma kernel unless it is "ggml" (runners.codec.fma_convs).
+        the CPU run on the fma kernel unless it is "ggml" (runners.codec.fma_convs). `device_maskgit`: MaskGIT's
+        choices made on the device where the build has the kernel (CUDA; default OMNIVOICE_DEVICE_MASKGIT, else on).
+        The environment's settings are omnivoice.config's (docs/CONFIG.md); an argument given here wins.
         """
         from .codec import load_codec
         from .ggml import Runtime, types
@@ -94,7 +96,7 @@ class OmniVoice:
         self.runtime = Runtime(backend, n_threads, exact_f32=exact_f32)
         try:
             self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16,
-                                    cpu_products=cpu_products)
+                                    cpu_products=cpu_products, device_maskgit=device_maskgit)
             self.codec = load_codec(codec_path, runtime=self.runtime, cpu_products=cpu_products)
             _check_pair(self.lm.metadata, self.codec.metadata, lm_path, codec_path)
             self.tokenizer = Tokenizer.from_gguf(str(lm_path))

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
+
+from .config import current
 
 log = logging.getLogger("omnivoice")
 
@@ -59,7 +60,7 @@ class DownloadError(RuntimeError):
 
 def cache_dir() -> Path:
     """Where converted checkpoints live: OMNIVOICE_CACHE, else ~/.cache/omnivoice."""
-    return Path(os.environ.get("OMNIVOICE_CACHE", Path.home() / ".cache" / "omnivoice")).expanduser()
+    return current().cache_dir
 
 
 def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None) -> str:
@@ -105,7 +106,7 @@ def resolve_model(model: Optional[str] = None, codec: Optional[str] = None, quan
     `model` means OMNIVOICE_MODEL, else k2-fsa/OmniVoice. Raises ModelNotAvailable for what does not exist,
     DownloadError when the Hub cannot be reached, and the converter's errors for a bad checkpoint.
     """
-    model = model or os.environ.get("OMNIVOICE_MODEL") or DEFAULT_REPO
+    model = model or current().model or DEFAULT_REPO
     path = Path(model).expanduser()
     codec_path = Path(codec).expanduser() if codec else None
     if codec_path is not None and not codec_path.is_file():

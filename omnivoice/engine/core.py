@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections import deque
 from dataclasses import replace
@@ -40,6 +39,7 @@ import numpy as np
 from ..generate.batch import draw_position_noise, step_many
 from ..generate.maskgit import MaskGitState
 from ..codec.voice import VoicePrompt
+from ..config import current
 from ..pipeline import Cancelled, Settings, SynthesisResult, _chunk, make_rng
 from .memory import Limits, resolve_limits
 from .request import SynthesisRequest
@@ -146,8 +146,9 @@ class BatchEngine:
         self.active: list[Task] = []
         self.voices = VoiceCache(ov)
         if pipeline is None:
-            env = os.environ.get("OMNIVOICE_PIPELINE")
-            pipeline = env == "1" if env in ("0", "1") else self.lm.runtime.waits_per_graph
+            pipeline = current().pipeline
+            if pipeline is None:
+                pipeline = self.lm.runtime.waits_per_graph
         self.pipelined = bool(pipeline)
         self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]
         self._member: dict[int, int] = {}   # id(task) -> group index

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 import cffi
 
+from ..config import current
+
 _HERE = Path(__file__).resolve().parent
-LIB_DIR = Path(os.environ.get("OMNIVOICE_GGML_LIB_DIR", _HERE / "_lib"))
+LIB_DIR = current().ggml_lib_dir or _HERE / "_lib"
 _CDEF = _HERE / "_cdef.h"
 _CONSTS = _HERE / "_consts.json"
 
@@ -132,9 +133,12 @@ build_info = _build_info()
 
 
 def built_with_patch(prefix: str) -> bool:
-    """Whether the loaded ggml was built with our patch whose file name starts with `prefix` (e.g. "0005-"):
-    graphs that count on a patched kernel ask, so that another build (OMNIVOICE_GGML_LIB_DIR) still gets the
-    graphs that suit it."""
+    """Deprecated: whether build.json lists a patch whose file name starts with `prefix`. Renumbered or squashed
+    patches would answer wrongly; ask the library what it has instead (Runtime.has, ggml.backend's capability
+    names)."""
+    import warnings
+
+    warnings.warn("built_with_patch is deprecated: use Runtime.has(capability)", DeprecationWarning, stacklevel=2)
     return any(str(name).startswith(prefix) for name in build_info.get("ggml_patches", []))
 
 _LEVELS = {lib.GGML_LOG_LEVEL_ERROR: logging.ERROR, lib.GGML_LOG_LEVEL_WARN: logging.WARNING,

@@ -11,6 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 
+from ..config import current
 from ._ffi import LIB_DIR, ffi, lib
 from .threads import resolve_threads
 
@@ -29,7 +30,7 @@ _vulkan_exact: bool | None = None  # how this process created its Vulkan device;
 
 def exact_f32_default() -> bool:
     """OMNIVOICE_EXACT_F32=1 asks every runtime for float32 arithmetic where a backend would round it."""
-    return os.environ.get("OMNIVOICE_EXACT_F32", "").strip() not in ("", "0")
+    return current().exact_f32
 
 
 def _vulkan_mode(exact: bool) -> bool:
@@ -147,23 +148,50 @@ def find_device(spec: str) -> tuple[Device, object]:
     return matches[index]
 
 
+# What our ggml patches add, as the built library says it has them. Each patch that a graph counts on lists a
+# feature of this name in its backend's ggml_backend_get_features (vendor/ggml/patches: one line beside the
+# kernel's change), so the question is asked of the library that was loaded, never of patch file names: a build
+# from renumbered or squashed patches keeps its features, one without a patch lacks it (Runtime.has).
+FUSED_CASTS = "omnivoice_fused_casts"                # RMSNorm x weight and SwiGLU written as the cast after them
+FATTN_TYPED_OUT = "omnivoice_fattn_typed_out"        # short-sequence attention written as its product's input
+FATTN_MASK_ROW = "omnivoice_fattn_mask_row"          # flash attention's op_params[5] = 1: one mask row a sequence
+GUIDED_PICK = "omnivoice_guided_pick"                # guidance and the greedy pick as one kernel
+QKV_ROPE_BY_POSITION = "omnivoice_qkv_rope_by_position"  # q/k norm + RoPE and V's rows a position a block
+EMBED_SUM = "omnivoice_embed_sum"                    # the LM's input embedding as one kernel
+MASKGIT_STEP = "ggml_backend_cuda_maskgit_step"      # the device MaskGIT step: a function the registry exports
+
+
+def registry_features(reg) -> dict[str, str]:
+    """The features a backend registry lists (ggml_backend_get_features, found through its proc address):
+    ggml's own (the CPU's AVX2, F16C, ...; CUDA's ARCHS, USE_GRAPHS, ...) and our patches' (omnivoice_*), name ->
+    value; {} for a registry that lists none."""
+    fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_get_features")
+    if fn == ffi.NULL:
+        return {}
+    feats = ffi.cast("ggml_backend_get_features_t", fn)(reg)
+    out = {}
+    i = 0
+    while feats[i].name != ffi.NULL:
+        out[ffi.string(feats[i].name).decode()] = ffi.string(feats[i].value).decode()
+        i += 1
+    return out
+
+
+def registry_has(reg, capability: str) -> bool:
+    """Whether a backend registry has `capability`: a feature it lists with a value other than "0" or "", or a
+    function it exports by that name (ggml_backend_reg_get_proc_address)."""
+    if registry_features(reg).get(capability, "0") not in ("0", ""):
+        return True
+    return lib.ggml_backend_reg_get_proc_address(reg, capability.encode()) != ffi.NULL
+
+
 def cpu_features() -> frozenset[str]:
     """The SIMD features that this build's CPU kernels use (ggml's own names: AVX2, F16C, FMA, AVX512,
     AVX512_BF16, AVX512_VNNI, AMX_INT8, NEON, FP16_VA, MATMUL_INT8, SVE, ...). The CPU backend is compiled for
     the machine it was built on, so these are that CPU's."""
     load_backends()
     reg = lib.ggml_backend_dev_backend_reg(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU))
-    fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_get_features")
-    if fn == ffi.NULL:
-        return frozenset()
-    feats = ffi.cast("ggml_backend_get_features_t", fn)(reg)
-    names = set()
-    i = 0
-    while feats[i].name != ffi.NULL:
-        if ffi.string(feats[i].value) not in (b"0", b""):
-            names.add(ffi.string(feats[i].name).decode())
-        i += 1
-    return frozenset(names)
+    return frozenset(name for name, value in registry_features(reg).items() if value not in ("0", ""))
 
 
 class SchedulerPool:
@@ -236,6 +264,7 @@ class Runtime:
         has no F32 flash kernel). CUDA's TF32 is switched off by NVIDIA_TF32_OVERRIDE=0 in the environment."""
         self.device, dev = find_device(spec)
         self._dev = dev
+        self._capabilities: dict[str, bool] = {}  # Runtime.has's answers
         self.n_threads = resolve_threads(n_threads)
         self.exact_f32 = exact_f32_default() if exact_f32 is None else bool(exact_f32)
         if self.device.backend.lower() == "vulkan":
@@ -279,6 +308,13 @@ class Runtime:
     def cpu(self):
         """The CPU backend's handle (the primary one on a CPU runtime)."""
         return self.backends[-1]
+
+    def has(self, capability: str) -> bool:
+        """Whether the primary device's backend has `capability` (FUSED_CASTS, GUIDED_PICK, ...): a feature its
+        registry lists, or a function it exports by that name (registry_has). Asked once per name."""
+        if capability not in self._capabilities:
+            self._capabilities[capability] = registry_has(lib.ggml_backend_dev_backend_reg(self._dev), capability)
+        return self._capabilities[capability]
 
     def proc(self, name: str, ctype: str):
         """The function the primary device's backend registry exports as `name` (ggml_backend_reg_get_proc_address),

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ..config import current
+
 
 def usable_cores() -> int:
     """Cores this process may run on: its affinity mask, capped by a cgroup v2 or v1 CPU quota."""
@@ -125,8 +127,8 @@ def resolve_threads(n: Optional[int] = None) -> int:
 def default_threads() -> int:
     """CPU threads: OMNIVOICE_THREADS if set (checked by check_threads), else the usable cores less the busy
     ones, at least 1."""
-    env = os.environ.get("OMNIVOICE_THREADS", "").strip()
-    if env:
-        return check_threads(env, "OMNIVOICE_THREADS")
+    threads = current().threads
+    if threads is not None:
+        return check_threads(threads, "OMNIVOICE_THREADS")
     cores = usable_cores()
     return max(1, cores - busy_cores(cores))

@@ -10,7 +10,6 @@ input stay. The guidance combination, log-softmax, argmax and max run in the gra
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -19,8 +18,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from ..config import current
 from ..generate.maskgit import MaskGitState
-from ..ggml import Graph, Runtime, WeightStore, built_with_patch, ffi, lib, types
+from ..ggml import Graph, Runtime, WeightStore, ffi, lib, types
+from ..ggml.backend import FATTN_MASK_ROW, FATTN_TYPED_OUT, FUSED_CASTS, GUIDED_PICK, MASKGIT_STEP
 from ..ggml.graph import DEFAULT_MAX_NODES, read_tensor, write_tensor
 from ..ggml.weights import Zeros
 from ..gguf import keys as K
@@ -66,7 +67,7 @@ FMA_MAX_AVX512_THREADS = 4
 
 def products_choice(choice: str | None = None) -> str:
     """`cpu_products` as asked (default OMNIVOICE_CPU_PRODUCTS, else "auto"), checked: one of CPU_PRODUCTS."""
-    choice = choice or os.environ.get("OMNIVOICE_CPU_PRODUCTS") or "auto"
+    choice = choice or current().cpu_products or "auto"
     if choice not in CPU_PRODUCTS:
         raise ValueError(f"cpu_products must be one of {', '.join(CPU_PRODUCTS)}, got {choice!r}")
     return choice
@@ -139,7 +140,8 @@ class LanguageModel:
     def __init__(self, runtime: Runtime, path, flash_attn: bool | None = None, clamp_fp16: bool = False,
                  stack_projections: bool | None = None, variant: lm_graph.Variant | None = None,
                  padded_attention: bool | None = None, max_graphs: int | None = None,
-                 max_graph_bytes: int | None = None, cpu_products: str | None = None) -> None:
+                 max_graph_bytes: int | None = None, cpu_products: str | None = None,
+                 device_maskgit: bool | None = None) -> None:
         """`stack_projections` (default: on GPUs) loads q/k/v and gate/up as one matrix each; the CPU
         otherwise computes on the file's memory map in place, which stacking would have to copy.
         `variant`: another composition of the graph (models.lm.Variant; qk_rope stacks the projections);
@@ -153,12 +155,13 @@ class LanguageModel:
         `max_graphs` and `max_graph_bytes`: how many closed sessions' graphs are kept, and how much compute memory
         they may hold together, for the next session of the same shape (default 8 graphs within 512 MiB on GPUs,
         none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused).
-        `cpu_products`: auto, ggml, i16, i8, amx or fma (see products_kernel)."""
+        `cpu_products`: auto, ggml, i16, i8, amx or fma (see products_kernel). `device_maskgit` (default on;
+        OMNIVOICE_DEVICE_MASKGIT=0 turns it off): MaskGIT's choices on the device where the build has the kernel."""
         self.runtime = runtime
         f = open_model(path, loader.ARCH)
         self.cfg = loader.read_config(f)
         if variant is None:
-            env = os.environ.get("OMNIVOICE_LM_VARIANT")
+            env = current().lm_variant
             if env is not None:
                 variant = lm_graph.Variant.parse(env)
             else:
@@ -169,9 +172,9 @@ class LanguageModel:
                 # its product's input by patch 0013's kernel where that takes the model (attn_cast): GPU time
                 # a step -2.6 to -4.8 % (auto5, clone5, auto20 on the H200, two calls), the same logits
                 # the CPU: its attention on the package's FMA kernel where that runs (Variant.fma_attention)
-                fused = built_with_patch("0005-")
+                fused = runtime.has(FUSED_CASTS)
                 variant = (lm_graph.Variant(kv_rows=True, fused_casts=fused, cast_scratch=fused,
-                                            attn_cast=built_with_patch("0013-") and short_attention_fits(self.cfg))
+                                            attn_cast=runtime.has(FATTN_TYPED_OUT) and short_attention_fits(self.cfg))
                            if cuda_f16_kv else lm_graph.Variant(fma_attention=not runtime.is_gpu))
         if stack_projections is None:
             stack_projections = runtime.is_gpu or variant.qk_rope
@@ -200,24 +203,27 @@ class LanguageModel:
         self.flash_attn = flash_attn
         self.clamp_fp16 = clamp_fp16
         if padded_attention is None:
-            env = os.environ.get("OMNIVOICE_PADDED_ATTENTION")
-            padded_attention = env != "0" if env in ("0", "1") else runtime.is_gpu
+            padded_attention = current().padded_attention
+            if padded_attention is None:
+                padded_attention = runtime.is_gpu
         self.padded_attention = bool(padded_attention and flash_attn)
         if max_graphs is None:
-            env = os.environ.get("OMNIVOICE_LM_GRAPHS")
+            env = current().lm_graphs
             # Only GPUs: there a new shape costs about 25 ms (graph build and allocation ~10, the first run
             # direct and the second captured into a CUDA graph, ~15; H200, 5 s requests), 15-20 % of a whole
             # 5 s request; on the CPU it is 8-50 ms beside LM steps of a second.
-            max_graphs = int(env) if env else (8 if runtime.is_gpu else 0)
+            max_graphs = env if env is not None else (8 if runtime.is_gpu else 0)
         self.max_graphs = max(0, int(max_graphs))
         self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 512 << 20
         self._kept: OrderedDict[tuple, list[_KeptGraph]] = OrderedDict()
         self._kept_lock = threading.Lock()
         # Patch 0024's MaskGIT step on CUDA: a lone greedy chunk's steps queued back to back, each choice made on
         # the device, which writes the next run's ids (ChunkSession.run_on_device, sessions opened with
-        # device_steps); OMNIVOICE_DEVICE_MASKGIT=0 keeps the choices on the host (A/Bs).
-        self.maskgit_step = (runtime.proc("ggml_backend_cuda_maskgit_step", "ggml_backend_cuda_maskgit_step_t")
-                             if os.environ.get("OMNIVOICE_DEVICE_MASKGIT", "1") != "0" else None)
+        # device_steps); device_maskgit=False (OMNIVOICE_DEVICE_MASKGIT=0) keeps the choices on the host (A/Bs).
+        if device_maskgit is None:
+            device_maskgit = current().device_maskgit
+        self.maskgit_step = (runtime.proc(MASKGIT_STEP, "ggml_backend_cuda_maskgit_step_t")
+                             if device_maskgit else None)
 
     @property
     def metadata(self) -> dict:
@@ -513,7 +519,7 @@ class ChunkSession:
         cpu = not self.model.runtime.is_gpu
         logits = lm_graph.audio_logits(g.ctx, w, cfg, lib.ggml_get_rows(g.ctx, h, c["heads_index"]),
                                        self.model.variant)                                     # [V, C, 2S]
-        if self.model.runtime.device.backend.lower() == "cuda" and built_with_patch("0021-"):
+        if self.model.runtime.has(GUIDED_PICK):
             # Patch 0021's one kernel for the guidance and the pick below reads the logits while it writes pred
             # and score, so their memory must not pass to those (it refuses to run where it would): an output's
             # memory is never handed on.
@@ -543,7 +549,7 @@ class ChunkSession:
         buckets = tuple(lm_graph.PaddedBucket(c[f"pad_mask_{b}"], P, len(members))
                         for b, (P, members) in enumerate(self._buckets))
         return lm_graph.PaddedSegments(buckets, c["pad_rows"], c["pad_q"], c["pad_k"], c["pad_v"], c["pad_scatter"],
-                                       same_rows=built_with_patch("0019-"))
+                                       same_rows=self.model.runtime.has(FATTN_MASK_ROW))
 
     def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:
         ids = self._ids.copy()

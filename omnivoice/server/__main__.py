@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
 from ..arguments import add_quant_option, thread_count
 from ..cli import EXIT_STATUS_HELP, run
+from ..config import current
 
 EPILOG = f"""\
 The model loads in the background: GET /health answers 503 until it is ready; a model that cannot be loaded
@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--port", type=int, default=8000)
     g.add_argument("--voices", type=Path, default=Path("voices"),
                    help="voice library folder of NAME.rvq + NAME.rvq.txt files (default ./voices)")
-    g.add_argument("--api-key", default=os.environ.get("OMNIVOICE_API_KEY") or None,
+    g.add_argument("--api-key", default=current().api_key,
                    help="require 'Authorization: Bearer KEY' on /v1/ (default: $OMNIVOICE_API_KEY, else none)")
     g.add_argument("--max-batch", default="auto", help="requests batched into one LM step (default auto)")
     g.add_argument("--max-wait-ms", type=float, default=10.0,

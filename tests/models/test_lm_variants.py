@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnivoice.ggml import built_with_patch, types
+from omnivoice.ggml import types
+from omnivoice.ggml.backend import EMBED_SUM, FATTN_TYPED_OUT, QKV_ROPE_BY_POSITION
 from omnivoice.models.lm import Variant
 from omnivoice.runners.lm import LanguageModel
 
@@ -103,7 +104,7 @@ def test_attention_written_as_its_products_input(runtime, k256_bf16, n_prompts):
     input (attn_cast; one prompt: its pair of segments, fused with the concat and the cast; two: the concat of
     four, cast by a kernel of its own). The k256 model's head size 128 is the kernel's. The default graph's
     logits: the product's own conversion rounds as the kernel does (to nearest even)."""
-    if runtime.device.backend.lower() != "cuda" or not built_with_patch("0013-"):
+    if not runtime.has(FATTN_TYPED_OUT):
         pytest.skip(f"patch 0013's kernel is CUDA's; {runtime.device.spec} has none of this build")
     rng = np.random.default_rng(13)
     prompts = [random_prompt(rng, 23, 17, 31), random_prompt(rng, 11, 0, 20)][:n_prompts]
@@ -172,7 +173,7 @@ def test_qkv_rope_by_position_equals_the_kernels_it_replaces(runtime, k256_bf16,
     """ggml patch 0022 (CUDA): a layer's q and k RMSNorm x weight + RoPE and V's F16 rows computed a position a block
     give the logits of the kernels they replace bit for bit. One prompt: q as its own tensor; three: q, K and V
     into the padded buckets' rows. The default CUDA graph; the k256 model's head size 128 is one the kernel takes."""
-    if runtime.device.backend.lower() != "cuda" or not built_with_patch("0022-"):
+    if not runtime.has(QKV_ROPE_BY_POSITION):
         pytest.skip(f"patch 0022's kernel is CUDA's; {runtime.device.spec} has none of this build")
     assert_fused(runtime, k256_bf16, three_prompts()[:n_prompts], "GGML_CUDA_DISABLE_QKV_ROPE_POSITION",
                  "rms_norm_mul_rope_qkv_pos_f32", tmp_path)
@@ -182,7 +183,7 @@ def test_qkv_rope_by_position_equals_the_kernels_it_replaces(runtime, k256_bf16,
 def test_embedding_in_one_kernel_equals_its_kernels(runtime, tiny_gguf, k256_bf16, model, tmp_path):
     """ggml patch 0023 (CUDA): the input embedding (the text row, the sum of the eight codebooks' rows, the masks) as
     one kernel gives the logits of its twelve kernels bit for bit, with F32 tables (tiny) and BF16 ones (k256)."""
-    if runtime.device.backend.lower() != "cuda" or not built_with_patch("0023-"):
+    if not runtime.has(EMBED_SUM):
         pytest.skip(f"patch 0023's kernel is CUDA's; {runtime.device.spec} has none of this build")
     path = tiny_gguf["f32"] if model == "tiny_f32" else k256_bf16
     assert_fused(runtime, path, three_prompts(), "GGML_CUDA_DISABLE_EMBED_SUM", "k_embed_sum", tmp_path)

@@ -620,9 +620,9 @@ def test_guided_greedy_pick(run, rng, per_column):
 def test_guided_greedy_pick_fused_equals_its_kernels(run, rng, tmp_path):
     """Patch 0021's one CUDA kernel gives the picks and scores of the 13 kernels it replaces bit for bit (those
     run in a second process, the fusion switched off there: ggml reads the switch once a process)."""
-    from omnivoice.ggml import built_with_patch
+    from omnivoice.ggml.backend import GUIDED_PICK
 
-    if run.runtime.device.backend.lower() != "cuda" or not built_with_patch("0021-"):
+    if not run.runtime.has(GUIDED_PICK):
         pytest.skip("the guided-pick fusion is patch 0021's, on CUDA")
     import os
     import subprocess
