@@ -61,10 +61,10 @@ class OmniVoice:
         default: on when the LM's matrices are F32 (an F32 file, however `model` names it, or `quant` "f32":
         F32 weights ask for F32 results), else OMNIVOICE_EXACT_F32=1.
         Vulkan takes it once per process (see ggml.Runtime). `cpu_products`: the LM's matrix products on the CPU,
-        "ggml", "i16" (the package's int16 kernel for x86 with AVX2: F16's rounding, 1.4-1.8x ggml's F16,
-        Q8_0 and Q4_K_M products on a 2-core Zen 3), "i8" (its int8 kernel, AVX2: 8-bit activations and 7-bit
-        weights, the precision class of ggml's Q8_0 products, 1.3-1.4x i16's speed), "amx" (its BF16 kernel on
-        Intel's AMX tiles: BF16's rounding, 1.5-2.1x ggml's AMX Q8_0 products on an Emerald Rapids Xeon) or "fma"
+        "ggml", "i16" (the package's int16 kernel for x86 with AVX2: F16's rounding, faster than ggml's F16,
+        Q8_0 and Q4_K_M products there), "i8" (its int8 kernel, AVX2: 8-bit activations and 7-bit weights, the
+        precision class of ggml's Q8_0 products, faster than i16), "amx" (its BF16 kernel on Intel's AMX tiles:
+        BF16's rounding, faster than ggml's AMX Q8_0 products) or "fma"
         (its float32 kernel); default OMNIVOICE_CPU_PRODUCTS, else "auto": fma for F32 weights (on AVX-512 CPUs
         up to 4 threads), and for the other types amx on CPUs with AMX-BF16, else i8 on AVX2 CPUs but for BF16
         weights where ggml has AVX-512 BF16 dot products (runners.lm.products_kernel). The codec's convolutions on

@@ -64,19 +64,16 @@ def cache_dir() -> Path:
 
 
 def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None) -> str:
-    """The LM weight type a checkpoint is converted to when none is named, by backend (measured on an H200, a
-    2-core Zen 4 and a 2-core Zen 3, BENCHMARKS.md): BF16 on CUDA (cuBLAS accumulates it in F32; LM step 4.0 ms
-    against 4.7 for F32 with TF32 and 5.0 for F16, whose products cuBLAS accumulates in F16), F16 on other GPUs
-    (Vulkan's BF16 products are 4x slower than its F16 ones). On the CPU, by the features of its kernels
-    (`cpu_features`, default: this build's): with AMX (Intel's server CPUs since Sapphire Rapids) BF16, whose
-    products run on the package's AMX kernel (nn.amx; on the 16-core Emerald Rapids host of the H200 machine
-    2.4-3.2x the float32 reference end to end on 2 threads and 2.4-2.5x on 16, 94 % teacher-forced agreement; 4.7x
-    on a 2-core AMX Xeon), or
-    Q8_0 in ggml's AMX buffer where that kernel is missing (1.3-1.9x; 85 %); F16 with AVX2 and F16C, whose
-    products run on the package's int8 kernel (runners.lm.products_kernel: 2.6-3.2x the float32 reference end to
-    end on the Zen 3, 2.6-3.3x on the Zen 4, 79 % teacher-forced, the most precise of the int8 kernel's inputs;
-    its int16 kernel, `cpu_products="i16"`, 2.0-2.6x, 98.6 %), but BF16 with AVX-512 BF16 where that kernel is
-    missing (ggml's BF16 dot products: 2.0-2.3x on the Zen 4, where ggml's F16 products gave 1.3-1.5x); else F32.
+    """The LM weight type a checkpoint is converted to when none is named, by backend, each the fastest of the
+    measured machines' types at the best agreement with float32 (BENCHMARKS.md has the figures): BF16 on CUDA
+    (cuBLAS accumulates it in F32, F16 in F16; F32 is slower), F16 on other GPUs (Vulkan's BF16 products are
+    several times slower than its F16 ones). On the CPU, by the features of its kernels (`cpu_features`, default:
+    this build's): with AMX (Intel's server CPUs since Sapphire Rapids) BF16, whose products run on the package's
+    AMX kernel (nn.amx; BF16's agreement, the fastest path on AMX CPUs), or Q8_0 in ggml's AMX buffer where that
+    kernel is missing; F16 with AVX2 and F16C, whose products run on the package's int8 kernel
+    (runners.lm.products_kernel; F16 the most precise of the int8 kernel's inputs; its int16 kernel,
+    `cpu_products="i16"`, keeps F16's precision at a lower speed), but BF16 with AVX-512 BF16 where that kernel is
+    missing (ggml's BF16 dot products beat its F16 ones there); else F32.
     F32, the reference's own precision, is `quant="f32"`."""
     name = backend_name.lower()
     if name != "cpu":

@@ -232,7 +232,7 @@ def _run_items(args, todo, batch_size, out, progress, say, severity, skipped, ba
         out.close()
     end = time.perf_counter()
     # the rates count from the models' loading to the last item: not the teardown after it (a local Ray
-    # cluster's shutdown took 1.3-1.8 s on the H200 machine, a third of a 64-item run's work on two GPUs)
+    # cluster's shutdown takes seconds, a large share of a short run's work; BENCHMARKS.md, Ray)
     wall, work = end - t0, (progress.t_last or end) - (progress.t_ready or t0)
     written = progress.done - progress.failed
     say(f"done: {written} written, {skipped} skipped (already there), {progress.failed + bad} failed"

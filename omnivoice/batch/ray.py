@@ -49,8 +49,9 @@ class Synthesizer:
     requests as one batch.
 
     `warm_up` (default: on GPUs) runs one small batch at load (engine.offline.warm_up), so that an actor is
-    ready when its first shard arrives: on an H200 a fresh actor's first shard of 32 requests took about 2 s
-    longer than its second, as long as the second's own work (64 mixed requests, 2026-11-30)."""
+    ready when its first shard arrives: a fresh actor's first shard otherwise pays the process's one-time GPU
+    costs (first launches, cuBLAS, first buffers and graphs), about as long as a shard's own work
+    (BENCHMARKS.md, Ray)."""
 
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
                  quant: str = "auto", threads: Optional[int] = None, batch_size="auto",

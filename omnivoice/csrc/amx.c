@@ -1,11 +1,10 @@
 /* Matrix products on Intel AMX tiles in BF16 (the LM's products on the CPU, `cpu_products="amx"`).
  *
- * Why: on the Xeon host of the GPU machine (Emerald Rapids: AVX-512, AMX) ggml's F32 products run at ~235
- * GFLOP/s on two threads and its BF16 ones slower; its AMX kernels take only quantized types (Q8_0, K-quants),
- * whose 8-bit activations keep 85 % of the float32 choices. One TDPBF16PS multiplies a 16 x 32 tile by a
- * 32 x 16 one: 8192 multiply-adds where an AVX-512 FMA does 16. On the LM's shapes this kernel runs at 470-653
- * GFLOP/s on two threads and 3460-4728 on sixteen, where ggml's AMX Q8_0 runs at 301-335 and 1906-1983
- * (tools/matmul_bench.py, same call).
+ * Why: on AMX CPUs ggml's BF16 products do not use the tiles (they run slower than its F32 ones); its AMX kernels
+ * take only quantized types (Q8_0, K-quants), whose 8-bit activations keep 85 % of the float32 choices. One
+ * TDPBF16PS multiplies a 16 x 32 tile by a 32 x 16 one: 8192 multiply-adds where an AVX-512 FMA does 16. On the
+ * LM's shapes this kernel runs well ahead of ggml's AMX Q8_0 (tools/matmul_bench.py --types amx,q8_0;
+ * BENCHMARKS.md has the figures).
  *
  * Numbers: W rounded to BF16 once at load, x to BF16 by ggml's cast node before the product (round to nearest
  * even, both), sums in F32 inside the tile unit: the rounding of ggml's BF16 products.

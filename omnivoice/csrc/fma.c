@@ -5,8 +5,8 @@
  * Why: ggml's F32 GEMM (llamafile's tinyBLAS) reads its right operand straight from the tensor, tile by tile,
  * with no blocking for the caches. On the codec's products (few outputs: 32-1024 channels; many columns: up to
  * 122 880 samples; K = 7 taps x the channels) every thread streams the whole column buffer once per group of
- * rows it owns: on the 16-thread Xeon its decode products ran at ~530 GFLOP/s against ~1400 on the LM's shapes,
- * and a conv first had a node write that column buffer (K copies of the activation) for it to read.
+ * rows it owns (at a fraction of its rate on the LM's shapes), and a conv first had a node write that column
+ * buffer (K copies of the activation) for it to read.
  *
  * What this does: W packed once at load into panels of MR outputs (MR = 16 with AVX2, 32 with AVX-512), k-major
  * (the MR weights of one k side by side). A micro-kernel keeps NR x MR sums in registers (6 x 16 = 12 ymm, or
@@ -184,7 +184,7 @@ static float * thread_copies(size_t n) { return grown(&copy_buf, &copy_cap, n); 
  * inside N and `direct` (returns x's pointer, *xs its column step in floats); else copied k-major into `spare`
  * (kc * NR floats, zeros outside x and past N; *xs = 0). The copy costs a pass over the columns but reads them
  * from one stream: read where they lie, the NR columns of the LM's products are multiples of 4 KiB apart, all
- * in one set of L1 (ggml's F32 products and ours both ran at ~45 GFLOP/s a Zen 3 core that way). */
+ * in one set of L1 (ggml's F32 products and ours both ran well below the FMA rate that way). */
 static const float * columns(const struct job * J, int64_t g, int n_r, int64_t j, int64_t c0, int64_t kc,
                              int direct, float * spare, int64_t * xs) {
     if (J->packed_x) {  /* group g's K x NR floats, k-major, zeros past N */
@@ -303,8 +303,7 @@ static void split(const struct job * J, int nth, int64_t panels, int64_t groups,
 
 /* A conv of one output channel (the DAC's last): a panel would be MR - 1 rows of zeros, so each output is a dot
  * product instead, its taps' IC contiguous channels in 8 lanes (summed across the lanes at the end, then the
- * bias). Thread ith of nth takes its share of the outputs. On the 2-core Zen 3 the panel path took 21 ms of the
- * 5 s decode here. */
+ * bias). Thread ith of nth takes its share of the outputs: the panel path would multiply the zeros too. */
 AVX2 static void dot_share(const struct job * J, int ith, int nth) {
     const int64_t m_r = mr(), t0 = J->N * ith / nth, t1 = J->N * (ith + 1) / nth;
     const int64_t IC = J->IC, v = IC / 8 * 8;
@@ -348,8 +347,8 @@ int omnivoice_fma_cols_per_group(void) { return nr(); }
 
 /* dst [K * NR, groups] = x [K, N] F32 (src[0], rows contiguous) in groups of NR columns, each group k-major (the NR
  * values of one k side by side), zeros past N: the product's input, packed once for all the threads (and for q,
- * k and v alike). Packed by each thread for itself, x was packed as many times as threads split the panels: 16
- * times on the Xeon's 16 threads, where a thread's ~6 panels then gave each packed value only 12 FMAs. */
+ * k and v alike). Packed by each thread for itself, x was packed as many times as threads split the panels: with
+ * 16 threads a thread's ~6 panels then gave each packed value only 12 FMAs. */
 void omnivoice_fma_pack_cols(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) userdata;
     const struct ggml_tensor * x = dst->src[0];
@@ -430,7 +429,7 @@ int omnivoice_fma_attention_supported(int64_t head_dim) { return isa() > 0 && he
  * v [D, Hkv, n] (src[0..2], F32, each head's rows of D contiguous; query head h reads kv head h / (H / Hkv)).
  *
  * Why: ggml's CPU flash attention takes one query at a time (a dot product per key, a scalar expf per score, the
- * online softmax's rescaling of V's running sum): 136-178 ms of a 1.2-1.5 s LM step on the 2-core Zen 3. Here a
+ * online softmax's rescaling of V's running sum), a tenth of an LM step on a 2-core CPU (BENCHMARKS.md). Here a
  * block of NR queries of one head is two products on this file's tiles: the scores against K packed in panels of
  * MR keys (k-major over D), then, after the softmax of each query's row of scores (all keys at once, no
  * rescaling), the numerators times V packed in panels of MR of its D values; each output is then multiplied by

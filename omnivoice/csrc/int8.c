@@ -1,10 +1,10 @@
 /* Matrix products in 8-bit integers for x86 CPUs with AVX2 (the LM's products on the CPU, `cpu_products="i8"`).
  *
- * Why: the int16 kernel (products.c) runs near what VPMADDWD and the VPADDD after it issue on the 2-core Zen 3:
- * two vector instructions for 16 multiply-adds. VPMADDUBSW multiplies 32 pairs of an unsigned and a signed byte
- * and adds them pairwise into 16 int16; a VPMADDWD by ones widens those to int32 and a VPADDD accumulates them:
- * three instructions for 32 multiply-adds. On that Zen 3 one LM step's products ran 1.36x faster than on the
- * int16 kernel, on one thread and on two (tools/matmul_bench.py --types i16,i8; BENCHMARKS.md, "int8 products").
+ * Why: the int16 kernel (products.c) runs near what VPMADDWD and the VPADDD after it issue on an AVX2 CPU: two
+ * vector instructions for 16 multiply-adds. VPMADDUBSW multiplies 32 pairs of an unsigned and a signed byte and
+ * adds them pairwise into 16 int16; a VPMADDWD by ones widens those to int32 and a VPADDD accumulates them: three
+ * instructions for 32 multiply-adds, a third more work an instruction (tools/matmul_bench.py --types i16,i8;
+ * BENCHMARKS.md).
  *
  * Numbers: W is quantized once at load to 7 bits (|q| <= 63) and x in every product to 8 bits (|q| <= 127), each
  * per row (column) and block of 128 along K with one float scale, rounded to nearest. x goes in as q + 128, an

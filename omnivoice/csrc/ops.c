@@ -22,8 +22,8 @@ __attribute__((simd("notinbranch"))) float erff(float);
 /* Snake x + sin(alpha x)^2 / (alpha + 1e-9) on channels-last x [C, T] (contiguous), alpha and inv_beta [C]:
  * thread `ith` of `nth` takes its share of the rows. The operations are the graph chain's, in its order
  * (float32 x*alpha, sin, square, *inv_beta, +x), each rounded on its own (no contraction into an FMA).
- * Measured on the 2-core Zen 3: 1.5 ns a value on one thread, against 4.9 for the same steps in numpy (whose
- * Python between blocks also takes the GIL that every ggml thread shares). */
+ * glibc's vector sinf makes it several times faster than the same steps in numpy (whose Python between blocks
+ * also takes the GIL that every ggml thread shares). */
 void omnivoice_snake_rows(struct ggml_tensor * dst, const struct ggml_tensor * x, const struct ggml_tensor * alpha,
                           const struct ggml_tensor * inv_beta, int ith, int nth, void * userdata) {
     (void) userdata;
@@ -73,7 +73,7 @@ void omnivoice_conv_columns(struct ggml_tensor * dst, int ith, int nth, void * u
  * step: ggml's RMS_NORM and MUL nodes as one (ggml_map_custom2: x any strides, w [C] F32, dst contiguous;
  * userdata: the float eps). The same operations as ggml's CPU kernels in the same order (float squares summed
  * in double, the mean rounded to float, x * scale then * w), but the sum in vector lanes where ggml's is one
- * scalar chain: on the 2-core Zen 3 the two nodes took 110 ms of a 1.7 s LM step. */
+ * scalar chain and its weight a node of its own (tools/op_profile.py lm shows both). */
 void omnivoice_rms_norm_rows(struct ggml_tensor * dst, const struct ggml_tensor * x, const struct ggml_tensor * w,
                              int ith, int nth, void * userdata) {
     const float eps = *(const float *) userdata;
@@ -102,8 +102,8 @@ void omnivoice_rms_norm_rows(struct ggml_tensor * dst, const struct ggml_tensor 
 
 /* dst [E, n_0 + n_1 + ...] = the contiguous F32 sources [E, n_i] (dst->src[0..]) side by side along dim 1: each
  * thread copies its share of dst's bytes with memcpy. ggml's CPU CONCAT copies value by value and, along dim 1 of
- * 2-D tensors, on one thread: the 28 attention concats of a 5 s LM step took 33 ms of 1.8 s on the 2-core Zen 3,
- * 29 ms of 154 on the 16-thread Xeon (tools/op_profile.py lm). A ggml_custom_4d node. */
+ * 2-D tensors, on one thread: the more threads, the larger its share of an LM step (tools/op_profile.py lm).
+ * A ggml_custom_4d node. */
 void omnivoice_concat_cols(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) userdata;
     /* contiguous tensors (the library reads ggml's struct only, it links none of ggml's functions) */
@@ -119,8 +119,7 @@ void omnivoice_concat_cols(struct ggml_tensor * dst, int ith, int nth, void * us
 
 /* dst [C, left + T + right] = the contiguous F32 src [C, T] (dst->src[0]) with `left` zero columns before it and the
  * rest after (userdata: int64 left): each thread zeroes or copies its share of dst's bytes. ggml's CPU PAD goes
- * value by value with a bounds test each (the 5 s decode's pads took 30 ms of 1.07 s on the 2-core Zen 3, 15 of 810
- * on two threads of the Xeon; tools/op_profile.py decode). A ggml_custom_4d node. */
+ * value by value with a bounds test each (tools/op_profile.py decode shows the pads). A ggml_custom_4d node. */
 void omnivoice_pad_cols(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
     const struct ggml_tensor * src = dst->src[0];
     const size_t total = dst->nb[3] * dst->ne[3], b0 = total * ith / nth, b1 = total * (ith + 1) / nth;
@@ -137,8 +136,8 @@ void omnivoice_pad_cols(struct ggml_tensor * dst, int ith, int nth, void * userd
 
 /* dst [1, N] = the max of each row of the F32 src [V, N] (dst->src[0]; rows contiguous, any row stride); a row
  * holding a NaN gives NaN. ggml's CPU POOL_2D, which nn.row_max is made of on GPUs, runs on its first thread only:
- * the three row maxima of an LM step's sampling took 5.4 ms of 144 on the 16-thread Xeon, 7 of 1800 on the 2-core
- * Zen 3 (tools/op_profile.py lm). Thread ith of nth takes its share of the rows. A ggml_custom_4d node. */
+ * on many threads the three row maxima of an LM step's sampling are a few per cent of the step
+ * (tools/op_profile.py lm). Thread ith of nth takes its share of the rows. A ggml_custom_4d node. */
 void omnivoice_row_max(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) userdata;
     const struct ggml_tensor * src = dst->src[0];
@@ -165,8 +164,8 @@ void omnivoice_row_max(struct ggml_tensor * dst, int ith, int nth, void * userda
 
 /* GELU in its erf form, 0.5 x (1 + erf(x / sqrt 2)), of a contiguous F32 x (dst->src[0]): ggml's GELU_ERF's float
  * operations in its order, but with erff 8 values at a time (libmvec) where ggml calls the scalar erff for each:
- * HuBERT's GELUs took 82 ms of a 2.4 s clip's 557 ms encode on two Xeon threads, 101 of 1163 ms on the 2-core
- * Zen 3 (tools/op_profile.py encode). Thread ith of nth takes its share of the values. A ggml_custom_4d node. */
+ * HuBERT's GELUs were a tenth of a clip's encode on two threads (tools/op_profile.py encode). Thread ith of nth
+ * takes its share of the values. A ggml_custom_4d node. */
 void omnivoice_gelu_erf(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) userdata;
     const struct ggml_tensor * src = dst->src[0];

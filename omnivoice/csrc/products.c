@@ -1,11 +1,9 @@
 /* Matrix products in 16-bit integers for x86 CPUs with AVX2 (the LM's products on the CPU, `cpu_products="i16"`).
  *
  * Why: on a CPU without AVX-512 every float kernel of ggml is bound by the FMA rate (8 multiply-adds an
- * instruction, two a cycle: 40 G a second a core on the 2-core Zen 3, of which ggml's F16 GEMM reaches ~30).
- * VPMADDWD does 16 multiply-adds of int16 pairs into int32 an instruction, and the Zen 3 issues ~1.7 a cycle
- * (67 G a second, tools/gemm_probe.c `peak`): 1.65x the FMA rate. On the LM's shapes this kernel runs at 83-117
- * GFLOP/s on one thread and 161-175 on two, where ggml's F16 GEMM runs at 66-74 and 103-133 (BENCHMARKS.md,
- * "int16 products").
+ * instruction, two a cycle). VPMADDWD does 16 multiply-adds of int16 pairs into int32 an instruction, and a Zen 3
+ * issues ~1.7 a cycle: about 1.65x the FMA rate. On the LM's shapes this kernel runs ahead of ggml's F16 GEMM
+ * (tools/matmul_bench.py --types i16,f16; BENCHMARKS.md).
  *
  * Numbers: both operands are quantized per block of 128 along K with one float scale each (W per row and block,
  * at load; X per column and block, in the product) to 13 bits (|q| <= 4095), rounded to nearest. A block's sum of

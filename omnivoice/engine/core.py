@@ -105,10 +105,10 @@ class Task:
 _Decode = tuple[Task, list[np.ndarray], Optional[VoicePrompt]]
 
 # On a GPU the active requests form two groups with a packed graph each once at least this many run: one group's
-# graph runs while the host makes the other group's MaskGIT choices. On the H200 at 64 five-second requests the
-# host's share was 1.8 s of 6.2 (29 %, BENCHMARKS.md), all of it after the graph run. Below this count two
-# graphs of half the width cost more GPU time than the host work they hide (packed auto5 steps on the H200:
-# 4.0 ms for one request, 9.0 ms for four, 30 ms for 16).
+# graph runs while the host makes the other group's MaskGIT choices. With one graph, the host's choices for many
+# requests came after every graph run, the GPU idle meanwhile (about a third of the wall time at 64 requests).
+# Below this count two graphs of half the width cost more GPU time than the host work they hide: a packed step's
+# time grows slower than its requests at small counts (tools/lm_step_time.py --batch; BENCHMARKS.md).
 PIPELINE_MIN_REQUESTS = 8
 
 
@@ -317,10 +317,9 @@ class BatchEngine:
             self.timings["graph"] += time.perf_counter() - t0
         tokens = [t.state.tokens for t in tasks]
         if self.pipelined and any(self._group_tasks(j) for j in range(len(self._groups)) if j != i):
-            # Queued behind the other group's run; this thread goes on to that group's choices. (Until
-            # 2026-12-01 a worker thread ran each group's graph to its end: the two threads took turns at the
-            # GIL for the read-backs and the choices, and the host's share grew 1.6 -> 2.35 s at 64 requests
-            # on the H200, BENCHMARKS.md.)
+            # Queued behind the other group's run; this thread goes on to that group's choices. (A worker
+            # thread running each group's graph to its end took turns with this one at the GIL for the
+            # read-backs and the choices, and the host's share grew by half.)
             with self._model_lock:
                 g.session.launch(tokens)
             g.inflight = (tasks, None)
@@ -329,7 +328,7 @@ class BatchEngine:
 
     def _run(self, session, tokens: list[np.ndarray], states: Optional[list[MaskGitState]] = None) -> list[dict]:
         """One graph run; with `states`, their position noise is drawn meanwhile: a GPU's run is queued and the
-        host is free (H200, tools/host_overlap_ab.py: a lone streamed request's first audio 142 -> 118 ms)."""
+        host is free, and a lone streamed request's first audio comes sooner by the noise's time."""
         with self._model_lock:
             session.launch(tokens)
             try:

@@ -25,10 +25,9 @@ from .philox import rand_like_many
 __all__ = ["draw_position_noise", "step_many"]
 
 # Positions of noise per worker thread at least: below this a thread costs more than it saves. The noise is
-# some 80 numpy passes, each short at these sizes, and every pass hands the GIL back and forth; on the 2-core
-# Zen 3 (2026-12-01, BENCHMARKS.md) a second thread paid only from about 32 000 masked positions (64 000: 15.5 ->
-# 12.6 ms; 32 000: 7.8 -> 7.6; 8 000: even), and eight threads on 32 five-second requests at the old 4096 made a
-# whole step 24.7 ms against 8.5.
+# some 80 numpy passes, each short at these sizes, and every pass hands the GIL back and forth: on a 2-core CPU a
+# second thread paid only from about 32 000 masked positions, and eight threads on 32 five-second requests at
+# 4096 positions a thread made a whole step three times slower.
 MIN_POSITIONS_PER_WORKER = 16384
 _pool: Optional[ThreadPoolExecutor] = None
 
@@ -102,8 +101,8 @@ def step_many(states: Sequence[MaskGitState], outputs: Sequence[dict]) -> list[S
                 scored.append(state.score(log_probs=out["log_probs"]))
         except ValueError as e:  # this chunk's scores are unusable (NaN, the mask id chosen): it alone fails
             scored.append(e)
-    # The exact noise of every state's near set in one pass: CUDA's logf is some 200 numpy calls, 0.47 ms even
-    # for the few dozen values of one state (Zen 3), which 64 states would pay 64 times.
+    # The exact noise of every state's near set in one pass: CUDA's logf is some 200 numpy calls, whose fixed
+    # cost even for the few dozen values of one state 64 states would pay 64 times.
     draws = [s.u for s in scored if isinstance(s, ScoredStep) and s.u is not None]
     exact = iter(np.split(gumbel_noise(np.concatenate(draws)), np.cumsum([d.size for d in draws])[:-1])
                  if draws else [])

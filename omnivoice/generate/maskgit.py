@@ -17,7 +17,7 @@ reference's order and sizes (class noise of [C, T, V] first, then position noise
 nothing is drawn for a step that unmasks nothing), dividing by a temperature is a multiplication
 by its float32 reciprocal as on CUDA, and the logarithms of the Gumbel noise are CUDA's ``logf``
 (:mod:`omnivoice.generate.cuda_math`), evaluated where they can change which positions a step
-unmasks (:class:`PositionNoise`). tools/philox_cuda_check.py checks all of this bit for bit on a
+unmasks (:class:`PositionNoise`). tools/reference/philox_cuda_check.py checks all of this bit for bit on a
 GPU (it passed on an H200 with torch 2.11 / CUDA 13.0).
 
 Ties: ``torch.topk`` has no defined order among equal values. Here every top-k (the positions to
@@ -152,10 +152,10 @@ class PositionNoise:
     noise itself, when it was asked for at once.
 
     Otherwise the exact noise (CUDA's ``logf``: some 200 numpy calls) is evaluated in the step, only for the
-    positions whose noisy score lies near the step's k-th: a step unmasks about a 32nd of a chunk (64
-    five-second requests: 17.7 ms of exact noise against 1.3 for the float64 one, Zen 3). Drawn while a GPU
-    runs the LM, it is better evaluated at once: a lone request's step would wait 0.47 ms after the LM's
-    output for the exact noise of a few dozen positions, which the LM's run (3 ms on the H200) hides."""
+    positions whose noisy score lies near the step's k-th: a step unmasks about a 32nd of a chunk, and the
+    exact noise of every position costs an order of magnitude more than the float64 one. Drawn while a GPU
+    runs the LM, it is better evaluated at once: a lone request's step would otherwise wait after the LM's
+    output for the exact noise of a few dozen positions (fixed numpy costs), which the LM's run hides."""
 
     u: np.ndarray  # float32
     near: Optional[np.ndarray]  # float64, unless the exact noise was evaluated at once
@@ -191,8 +191,8 @@ def sample_classes(log_probs: np.ndarray, temperature: float, rng: CudaPhiloxGen
 
     The generator advances by the whole ``rand_like`` draw, as the reference's does, but the draw and
     its noise are evaluated only where the top-k filter keeps a class (a tenth of them): elsewhere the
-    sample is -inf whatever the noise. (For a 5 s chunk, 8 x 125 x 1025 values: 55 ms a step on the
-    2-core Zen 3 when the whole draw was evaluated, of which 34 ms the draw.)
+    sample is -inf whatever the noise. (For a 5 s chunk, 8 x 125 x 1025 values a step, most of a sampled
+    step's host time when the whole draw was evaluated.)
     """
     if not temperature > 0:
         raise ValueError(f"sample_classes: temperature must be > 0, got {temperature!r}")
@@ -239,8 +239,8 @@ def top_k_positions(scores: np.ndarray, k: int) -> np.ndarray:
     cand = None
     if k < flat.size:
         # Only the positions at or above the k-th score (its ties included) can be chosen: a step unmasks about
-        # 1/32 of a chunk, and sorting those alone instead of all 1000 of a 5 s chunk took the sort from 50 to
-        # 10 us on the Zen 3. They come in index order, so the stable sort keeps ties by lower index.
+        # 1/32 of a chunk, and sorting those alone is several times faster than sorting all 1000 of a 5 s chunk.
+        # They come in index order, so the stable sort keeps ties by lower index.
         thr = np.partition(neg, k - 1)[k - 1]
         if not np.isnan(thr):
             cand = np.flatnonzero(neg <= thr)

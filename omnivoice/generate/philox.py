@@ -21,7 +21,7 @@ Sources followed (PyTorch ``aten/src/ATen/native/cuda/DistributionTemplates.h``,
 - ``curand_uniform4``: ``u = float(x) * 2**-32 + 2**-33`` in float32, in (0, 1]; torch's uniform
   then maps 1.0 to 0.0 so ``rand`` lies in [0, 1).
 
-tools/philox_cuda_check.py compares this with ``torch.cuda`` draws; on an H200 (torch 2.11,
+tools/reference/philox_cuda_check.py compares this with ``torch.cuda`` draws; on an H200 (torch 2.11,
 CUDA 13.0) every value and every offset matched, and tests/golden/generate_cuda.npz keeps a sample.
 """
 
@@ -302,8 +302,8 @@ def rand_like_many(generators: Sequence[CudaPhiloxGenerator], shapes: Sequence[t
         g.offset = g.offset + increment
     if rows:
         # Every wanted element of every draw at once: its draw d, and its index e in that draw (C order). (Set
-        # up per draw, as until 2026-12-01, the counters of 32 five-second requests' masked positions took 2.4
-        # ms of a 4.4 ms draw on the 2-core Zen 3; the Philox rounds themselves about 2.)
+        # up per draw, the counters of 32 five-second requests' masked positions took longer than the Philox
+        # rounds themselves.)
         j_of, size, threads, per_call, base, seed = (np.array(col, dtype=np.uint64) for col in zip(*rows))
         starts = np.zeros(len(rows) + 1, dtype=np.uint64)
         np.cumsum(size, out=starts[1:])

@@ -199,9 +199,9 @@ class SchedulerPool:
 
     A scheduler is sized for a node budget (its split context alone is 6.7 KB a node) and holds its graph's
     compute buffers. The serving engine builds an LM graph whenever its batch changes: making and freeing a
-    scheduler took 2.7 ms of a 16-request graph's build on the H200's host (6 ms of a 4-request one on a 2-core
-    Xeon), and its buffers' allocation and release came on top; kept, with the padded rows zeroed on the device
-    (weights.Zeros), that build went from 21.3 to 17.7 ms (tools/graph_build_time.py, BENCHMARKS.md). A kept
+    scheduler, and its buffers' allocation and release, were a sixth of such a build; kept, with the padded rows
+    zeroed on the device (weights.Zeros), the build is that much shorter (tools/graph_build_time.py,
+    BENCHMARKS.md). A kept
     scheduler is reset and takes the next graph of at most its budget; its buffers grow where that graph needs more.
     `max_kept` 0 keeps none (Runtime's default on the CPU); the kept ones' buffers (`size_of` a scheduler) hold
     at most `max_bytes` together, so that memory a graph's run allocates as it goes (ggml's CUDA pool, cuBLAS)
@@ -393,9 +393,8 @@ class Runtime:
         return self._extra_bufts
 
     # Types whose products the AMX buffer runs faster than both the plain and the CPU_REPACK layouts, measured on
-    # the Emerald Rapids host of the H200 machine (BENCHMARKS.md): Q8_0 1.7-1.8x F32 at 16 threads (the plain
-    # layout 0.4-0.5x), Q4_K 1.4-1.9x the CPU_REPACK layout. Its F16 path was slower than the plain one; the
-    # other K-quants were not measured.
+    # an Emerald Rapids Xeon (tools/matmul_bench.py --repack): Q8_0 (faster than F32 there, the plain layout
+    # slower) and Q4_K. Its F16 path was slower than the plain one; the other K-quants were not measured.
     AMX_TYPES = ("Q8_0", "Q4_K")
 
     def weight_buffer(self, ggml_type: int, ne: list[int]) -> str | None:

@@ -57,8 +57,8 @@ def busy_cores(cores: int) -> int:
     host's CPUs to these `cores` and rounded to the nearest whole core.
 
     The load average lags by a minute: right after one run ended it still counted that run's cores busy, so on
-    the 2-core Zen 4 a run started then took one thread, half the speed (an LM step 1442 ms against 727 with
-    two threads; a shell loop of `python -m omnivoice.tts` calls would have run each at one thread)."""
+    a 2-core host a run started then took one thread, at half the speed (a shell loop of `python -m omnivoice.tts`
+    calls would have run each at one thread)."""
     busy = busy_cpus_now()
     if busy is None:
         try:

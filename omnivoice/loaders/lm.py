@@ -126,8 +126,8 @@ def _pack(f: GGUFFile, store: WeightStore, cfg: LMConfig, kernel: Kernel,
     """The product matrices of `f` whose rows `kernel` takes (Kernel.fits), in its layout, from their values in
     the file, and their names; the file's pages of each are released after (the graph reads the packed copy). The
     others keep ggml's products. Matrices are packed on `threads` threads (ggml's conversion and the packing are C
-    calls, which cffi makes without the GIL): the full LM took 1.1-1.3 s more to load on two threads of the Zen 3
-    with the int16 kernel than with ggml's products."""
+    calls, which cffi makes without the GIL): packing reads and converts every matrix at load, where ggml's
+    products read the mapped file's pages as the first step touches them, so a packed LM loads slower."""
     products = PackedProducts(kernel)
 
     def pack(name: str) -> str | None:

@@ -79,8 +79,8 @@ def feature_extractor(ctx, w: HubertWeights, cfg: HubertConfig, audio, cpu: bool
 
     Convs run in the [T, C] layout (im2col + GEMM), or channels-last on the CPU's FMA kernel from the first conv
     the loader packed (the "group" variant's after the first): one transpose between the two, where the [T, C]
-    path transposes its output for the projection anyway. On the 2-core Zen 3 ggml's products of
-    these convs took 250 of the encode's 1200 ms and their im2col 55 (tools/op_profile.py encode)."""
+    path transposes its output for the projection anyway. ggml's im2col and products of these convs were a
+    quarter of a clip's encode on a 2-core CPU (tools/op_profile.py encode)."""
     x = audio                                                                               # [N, 1]
     channels_last = False
     for i, (fc, stride) in enumerate(zip(w.feature_convs, cfg.conv_stride)):

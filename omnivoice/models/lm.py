@@ -73,8 +73,8 @@ class Variant:
     cast_scratch: (with typed_inputs or fused_casts) every cast of a product's input written into one tensor of
         the graph (CastScratch) rather than a new one. CUDA fuses a cast into the kernel before it only where the
         cast's output shares no memory with that kernel's inputs, and the allocator often gave it the memory of
-        an input just freed (the H200 profile of a 20 s step: 3 of 56 casts a scalar kernel of their own, and
-        with attn_cast 20 to 26 residual adds unfused); the scratch is no input's.
+        an input just freed (in a kernel profile of a 20 s step, some casts then ran as scalar kernels of their
+        own, and with attn_cast most residual adds unfused); the scratch is no input's.
     """
 
     qk_rope: bool = False
@@ -105,8 +105,7 @@ class Variant:
     def unfused_product(self):
         """The product of an input that no kernel before it writes in the weights' type (the attention output
         but under attn_cast, the audio heads' gathered columns): ggml_mul_mat under fused_casts alone (ggml's CPY
-        F32 -> BF16 is a scalar kernel: 0.33 ms a layer at 64 packed requests on the H200 against 0.05 for the
-        product's own conversion)."""
+        F32 -> BF16 is a scalar kernel, several times slower than the product's own vectorized conversion)."""
         return lib.ggml_mul_mat if self.fused_casts and not self.typed_inputs else self.product
 
 
@@ -270,9 +269,9 @@ def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, out_ty
     few attention kernels per layer rather than 128 small ones in a row; the arithmetic of a real row is the same
     up to summation order (the CPU keeps segmented_attention: bit-exact per request). Q, K and V go into the
     padded layout by one set_rows each (K and V in the K/V type), which CUDA fuses into the RMSNorm + RoPE kernel
-    before it for Q and K, rather than a gather (and a cast) per bucket: on the H200 at 64 packed requests the K/V
-    casts alone took 10 of a step's 113 ms (ggml's F32 -> F16 copy is a scalar kernel), the Q and output gathers
-    and the output's conversion 6.3 of 59 ms. The outputs go back by one set_rows per bucket that also casts them
+    before it for Q and K, rather than a gather (and a cast) per bucket: at 64 packed requests the K/V casts (ggml's
+    F32 -> F16 copy is a scalar kernel) and the gathers were a sixth of a step's GPU time. The outputs go back by
+    one set_rows per bucket that also casts them
     to the output product's input type (ggml patch 0018 has CUDA's attention kernel write those rows itself)."""
     D, H, Hkv = cfg.head_dim, cfg.n_head, cfg.n_head_kv
     # one row per position, [D*heads, L] (a view: set_rows reads rows at any stride), scattered into [D*heads, R]

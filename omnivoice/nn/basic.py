@@ -129,8 +129,8 @@ def row_max(ctx, x, cpu: bool = False):
     """Max over ne0 of x [V, N] -> [1, N], exact (ggml has no max reduction; every backend has POOL_2D).
 
     Done in two max pools over a factorisation V = a * b where V has one: GPU pool kernels run a thread per
-    output, so one pool spanning the row loops V times in each of only N threads (1.5 ms per step of the LM
-    at V = 1025 on an H200); two pools of 25 and 41 keep every thread short. `cpu` (the graph runs on the CPU
+    output, so one pool spanning the row loops V times in each of only N threads (a quarter of an LM step at
+    V = 1025 on a GPU); two pools of 25 and 41 keep every thread short. `cpu` (the graph runs on the CPU
     backend, x F32 with contiguous rows): one node of the package's C kernel (csrc/ops.c omnivoice_row_max) on
     every thread, where ggml's CPU POOL_2D runs on one; the same maxima (a row with a NaN gives NaN).
     """

@@ -5,9 +5,9 @@ what HuBERT and the semantic encoder use) and channels-last [C, T] (`conv1d_cl`,
 codec). In channels-last a kernel-1 conv is one product on the activation itself, a kernel-K conv one product on
 K shifted views of it copied side by side (plain row copies, where im2col gathers scalars across channel rows,
 and its threads share cache lines; with one output channel, each tap's product and shifted views of it added),
-and a transposed conv one product plus one add of two views. With Snake as one CPU node (`snake(cpu=True)`) the
-decoder's graph for 5 s of audio went from 2.69 to 1.60 s on the 2-core Zen 3 (tools/op_profile.py;
-BENCHMARKS.md). On the CPU the codec's loader packs the DAC's weights for the FMA
+and a transposed conv one product plus one add of two views; with Snake as one CPU node (`snake(cpu=True)`) the
+decoder's graph takes a fraction of the [T, C] layout's time on the CPU (tools/op_profile.py decode). On the CPU
+the codec's loader packs the DAC's weights for the FMA
 kernel (`fma.PackedConv`): each conv, transposed or not, is then one node that reads x where it lies.
 """
 
@@ -115,8 +115,7 @@ def _one_output_conv(ctx, x, w, t_out: int, padding: int, dilation: int, cpu: bo
     = w_k . x_t), then out[t] = sum over k of y[k, t + k*dilation - padding] (zeros outside x): K strided views
     of y padded, added in tap order. The columns [IC*K, T_out] are never written: for the DAC's last conv (32
     channels, 7 taps, 480 000 samples for 20 s) they were 430 MB written by IM2COL and read back by a
-    matrix-vector kernel, 0.6 ms of that kernel alone in a 9.2 ms decode on the H200; 8.4 ms with this
-    (tools/request_profile.py, BENCHMARKS.md)."""
+    matrix-vector kernel, the slowest kernel of a GPU's decode (tools/request_profile.py, BENCHMARKS.md)."""
     IC, K = x.ne[0], w.ne[1]
     y = lib.ggml_mul_mat(ctx, lib.ggml_reshape_2d(ctx, w, IC, K), x)                 # [K, T]
     if padding:
@@ -143,9 +142,9 @@ def _im2col_columns(ctx, x, w, stride: int, padding: int, dilation: int):
     x [IC, T] is read as a one-channel image IC wide and T high, and w [IC, K, OC] gives the kernel's shape
     [IC, K, 1, OC] (ggml reads only its sizes): a kernel as wide as the image has one output column, so each of
     the T_out rows is the K input rows t*stride + k*dilation - padding side by side (zeros outside x), tap
-    k's IC values at k*IC: the tap-major rows that w's rows match. On the H200 this replaced, per conv, a
-    REPEAT of zeros over the whole buffer and one copy per tap (tools/request_profile.py: 3.1 of a 5 s
-    decode's 8.1 GPU ms were those; BENCHMARKS.md)."""
+    k's IC values at k*IC: the tap-major rows that w's rows match. On GPUs this replaced, per conv, a REPEAT of
+    zeros over the whole buffer and one copy per tap, which had been over a third of a decode's GPU time
+    (tools/request_profile.py)."""
     IC, T = x.ne[0], x.ne[1]
     K, OC = w.ne[1], w.ne[2]
     image = lib.ggml_reshape_4d(ctx, lib.ggml_cont(ctx, x) if not lib.ggml_is_contiguous(x) else x, IC, T, 1, 1)
@@ -160,7 +159,7 @@ def _tap_columns(ctx, x, K: int, t_out: int, stride: int, padding: int, dilation
     IC, T = x.ne[0], x.ne[1]
     # ggml sizes a view as if it were contiguous, so the overlapping [IC*K, T_out] view of x cannot be made:
     # each tap's columns are copied into its rows of `cols`, and those in the padding are zeros (no padded copy
-    # of x: ggml's CPU pad is a scalar loop, 0.26 s of the 5 s decode). `cols` must be a node, not a leaf:
+    # of x: ggml's CPU pad is a scalar loop). `cols` must be a node, not a leaf:
     # the allocator keeps every leaf for the whole graph (the decode's buffer grew from 132 MiB to 971).
     spans = []
     for k in range(K):
@@ -197,8 +196,7 @@ def pad_columns(ctx, x, left: int, right: int, cpu: bool = False):
     in its grid's y dimension, which holds at most 65535, and the DAC's last transposed conv pads 80 000 columns
     for 20 s of audio ("invalid argument", found on the H200). On the CPU (`cpu`) a contiguous F32 x is padded
     by the package's node (csrc/ops.c omnivoice_pad_cols: memset and memcpy on every thread); ggml's CPU PAD goes
-    value by value, and on the flat row on one thread (the 5 s decode's pads took 40 ms of 247 on the 16-thread
-    Xeon), by columns 30 ms of 1.07 s on the 2-core Zen 3 (tools/op_profile.py decode)."""
+    value by value, and on the flat row on one thread (tools/op_profile.py decode shows the pads)."""
     C, T = x.ne[0], x.ne[1]
     flat = lib.ggml_is_contiguous(x) and lib.ggml_nelements(x) == C * T
     if cpu and flat and ops is not None and x.type == types.F32:
@@ -259,9 +257,9 @@ def snake(ctx, x, alpha, inv_beta, cpu: bool = False):
     x [T, C] with alpha and inv_beta F32 [1, C], or channels-last x [C, T] with them [C] (inv_beta precomputed
     at load time). By default the five-node chain that GPU backends fuse. `cpu` (channels-last only; the graph
     must run on the CPU backend) computes it as one custom node instead: ggml's CPU sin is a scalar sinf loop
-    (23 ns a value per thread on the 2-core Zen 3, 0.83 s of a 2.2 s decode of 5 s). The node runs the package's
-    C kernel (omnivoice/csrc/ops.c: vector sinf, 1.5 ns a value, no Python on ggml's threads) where the build
-    has it, else the same steps in numpy over cache-sized blocks (4.9 ns, and the GIL between blocks). Same
+    (over a third of a decode). The node runs the package's C kernel (omnivoice/csrc/ops.c: libmvec's vector
+    sinf, an order of magnitude faster, no Python on ggml's threads) where the build has it, else the same steps
+    in numpy over cache-sized blocks (vectorized too, but the GIL between blocks). Same
     operations in the same order: float32 x*alpha, sin, square, *inv_beta, +x.
     """
     if cpu and alpha.ne[0] == x.ne[0] == lib.ggml_nelements(alpha) == lib.ggml_nelements(inv_beta):

@@ -2,9 +2,9 @@
 
 A matrix is packed once at load (13-bit values with a float scale per row and block of 128 along K); a product
 is then one custom CPU node that quantizes its input to 13 bits per column and block and multiplies with
-VPMADDWD (16 multiply-adds an instruction against an FMA's 8). On the 2-core Zen 3 (AVX2, no AVX-512) the LM's
-products ran 1.4-1.8x ggml's F16 GEMM and 2.3-2.6x its F32 one, with the rounding error of F16 operands
-(BENCHMARKS.md, "int16 products"). CPUs with AVX-512 have wider FMAs, BF16 dot products or AMX (nn.amx).
+VPMADDWD (16 multiply-adds an instruction against an FMA's 8). On AVX2 CPUs without AVX-512 the LM's products
+run ahead of ggml's F16 and F32 GEMMs, with the rounding error of F16 operands (BENCHMARKS.md). CPUs with
+AVX-512 have wider FMAs, BF16 dot products or AMX (nn.amx).
 """
 
 from __future__ import annotations

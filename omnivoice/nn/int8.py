@@ -2,9 +2,9 @@
 
 A matrix is packed once at load (7-bit values with a float scale per row and block of 128 along K); a product is
 then one custom CPU node that quantizes its input to 8 bits per column and block and multiplies with VPMADDUBSW
-(32 multiply-adds an instruction, widened by a VPMADDWD). On the 2-core Zen 3 an LM step's products ran 1.36x
-faster than on the int16 kernel (nn.int16), at the precision class of ggml's Q8_0 and K-quant products: the
-default on AVX2 CPUs without AMX (BENCHMARKS.md, "int8 products", "int8 by default" and "int8 on the Zen 4 too").
+(32 multiply-adds an instruction, widened by a VPMADDWD). An LM step's products run faster than on the int16
+kernel (nn.int16), at the precision class of ggml's Q8_0 and K-quant products: the default on AVX2 CPUs without
+AMX (BENCHMARKS.md, the Zen 3 and Zen 4 tables).
 """
 
 from __future__ import annotations

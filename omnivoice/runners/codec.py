@@ -46,11 +46,11 @@ DEFAULT_CONTEXT_FRAMES = 16
 # Sequences decoded together are packed side by side into one graph, DECODE_GAP_FRAMES zero frames apart (the
 # widest reach of one convolution, at any rate: a residual unit's kernel of 7 at dilation 9 after the first
 # upsampling by 8, 27 samples, 3.4 frames; models.dac.masked), every graph of a call but its last padded to
-# max_decode_frames and the last rounded up to DECODE_ROUND_FRAMES, so that graphs serve many compositions. Until
-# 2026-12-01 each sequence was a 680-node chain of its own in a shared graph: 64 five-second sequences took 0.66-0.79
-# s on the H200 (TF32) against 0.39 packed into graphs of 1024 frames, 0.36 of 2048 (tools/codec_decode_time.py,
-# BENCHMARKS.md). On a GPU a packed sequence's samples differ from its lone decode's in the last bits (other
-# product kernels for other widths: 3.6e-6 at most there, 1.1e-3 with TF32); on the CPU they are the same.
+# max_decode_frames and the last rounded up to DECODE_ROUND_FRAMES, so that graphs serve many compositions. A
+# sequence as a 680-node chain of its own in a shared graph took about twice as long on a GPU for 64 five-second
+# sequences as packed graphs of 1024 frames. On a GPU a packed sequence's samples differ from its lone decode's
+# in the last bits (other product kernels for other widths: 3.6e-6 at most there, 1.1e-3 with TF32); on the CPU
+# they are the same.
 DECODE_GAP_FRAMES = 4
 DECODE_ROUND_FRAMES = 16
 MAX_ENCODE_CHAINS = 8  # encoder chains in one graph: 1487 nodes each with the full codec (channels-last DAC)
@@ -413,9 +413,9 @@ class AudioCodec:
 def fma_convs(runtime: Runtime, cpu_products: str | None = None) -> bool:
     """Whether the DAC's convolutions on `runtime` run on the package's FMA kernel (nn.fma; float32, like ggml's
     products): on the CPU backend where the CPU and build have it, unless `cpu_products` (default
-    OMNIVOICE_CPU_PRODUCTS; runners.lm.products_choice) is "ggml". The decode graph of 5 s of audio took 0.77 s
-    where ggml's products took 1.28-1.32 s on the 2-core Zen 3, and 0.11 s where they took 0.21 s on the
-    16-thread Xeon (tools/op_profile.py decode; BENCHMARKS.md)."""
+    OMNIVOICE_CPU_PRODUCTS; runners.lm.products_choice) is "ggml". ggml's products stream the DAC's column buffer
+    once per group of rows; the kernel reads x where it lies, and the decode takes about 60 % of the time with it
+    (tools/op_profile.py decode; BENCHMARKS.md)."""
     return not runtime.is_gpu and products_choice(cpu_products) != "ggml" and fma.available()
 
 

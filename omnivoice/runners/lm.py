@@ -60,8 +60,8 @@ MAX_GPU_POSITIONS = 65535
 # the package's product kernels by their cpu_products name
 KERNEL_MODULES = {"i16": int16, "i8": int8, "amx": amx, "fma": fma}
 CPU_PRODUCTS = ("auto", "ggml", *KERNEL_MODULES)
-# threads above which an AVX-512 CPU's F32 LM keeps ggml's products: on the 16-core Xeon the FMA kernel's LM
-# products ran at 0.65-0.98x ggml's at 8 and 16 threads, and its LM step 1.2-1.4x faster at 2 (BENCHMARKS.md)
+# threads above which an AVX-512 CPU's F32 LM keeps ggml's products: on a 16-core Xeon the FMA kernel's LM
+# products ran slower than ggml's at 8 and 16 threads, and its LM step faster at 2 (tools/matmul_bench.py)
 FMA_MAX_AVX512_THREADS = 4
 
 
@@ -79,23 +79,22 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
 
     `choice` (default OMNIVOICE_CPU_PRODUCTS, else "auto"): "ggml"; "i16", "i8", "amx" or "fma" (an error where
     the runtime is not the CPU or the CPU cannot run the kernel); or "auto", on a CPU runtime with unstacked
-    projections: for F32 weights fma, float32 like ggml's F32 products and 1.2-1.35x their speed on the 2-core
-    Zen 3 (tokens still the reference's in the parity tests; ggml's F32 GEMM reads its right operand unblocked),
+    projections: for F32 weights fma, float32 like ggml's F32 products and faster on AVX2 CPUs (tokens still the
+    reference's in the parity tests; ggml's F32 GEMM reads its right operand unblocked),
     except on AVX-512 CPUs with more than FMA_MAX_AVX512_THREADS threads; for every other weight type (unless the
     runtime is exact_f32, which keeps ggml's products there) amx where the CPU has AMX-BF16, else i8 where it has
     AVX2, but for BF16 weights on CPUs with AVX512-BF16 (ggml's BF16 dot products).
-    With AMX, the AMX kernel's BF16 products ran 1.5-2.1x ggml's AMX Q8_0 ones on the 16-core Emerald Rapids host
-    (3.5-4.7 TFLOP/s at 16 threads), agreeing with float32 as BF16 does (94 % of the teacher-forced choices against
-    Q8_0's 85 %). Without AVX-512 ggml's kernels are bound by 8-lane FMAs (or, for Q8_0 and the K-quants, integer
-    dot products no faster); the int16 kernel (F16's rounding error) ran the LM step 1.4-1.8x faster than they on
-    the 2-core Zen 3, and the int8 kernel 1.3-1.4x faster again: 8-bit activations and 7-bit weights, the
-    precision class of ggml's own Q8_0 and K-quant products (F16 weights: step-0 logits cosine 0.998 against the
-    float32 reference, 79 % of the teacher-forced choices, where i16 gives 0.99999 and 99 %, ggml's Q8_0 0.9996
-    and 84 %, its Q6_K 0.996 and 71 %). Only i8 takes the default F16 file past 2.5x the float32 reference end to
-    end there (2.6-3.2x against i16's 2.0-2.4x), so it is the default; `cpu_products="i16"` keeps F16's
-    precision at the int16 kernel's speed (BENCHMARKS.md). With AVX-512 but no AMX (the 2-core Zen 4) ggml's F16
-    and Q8_0 products still ran an LM step at half i8's speed (1.52-1.67 and 1.33 s against 0.73-0.81 and
-    0.79); its BF16 ones, on AVX512-BF16, at 0.93 s against 0.80, close enough to keep BF16's precision.
+    With AMX, the AMX kernel's BF16 products run well ahead of ggml's AMX Q8_0 ones, agreeing with float32 as
+    BF16 does (94 % of the teacher-forced choices against Q8_0's 85 %). Without AVX-512 ggml's kernels are bound
+    by 8-lane FMAs (or, for Q8_0 and the K-quants, integer dot products no faster); the int16 kernel (F16's
+    rounding error) runs the LM step faster than they, and the int8 kernel faster again: 8-bit activations and
+    7-bit weights, the precision class of ggml's own Q8_0 and K-quant products (F16 weights: step-0 logits cosine
+    0.998 against the float32 reference, 79 % of the teacher-forced choices, where i16 gives 0.99999 and 99 %,
+    ggml's Q8_0 0.9996 and 84 %, its Q6_K 0.996 and 71 %). Only i8 took the default F16 file past 2.5x the float32
+    reference end to end on a 2-core AVX2 CPU, so it is the default; `cpu_products="i16"` keeps F16's precision
+    at the int16 kernel's speed. With AVX-512 but no AMX (a Zen 4) ggml's F16 and Q8_0 products still ran an LM
+    step at half i8's speed; its BF16 ones, on AVX512-BF16, close enough to keep BF16's precision (BENCHMARKS.md
+    has every figure).
     The packed matrices take 2 bytes a weight (i8: 1; fma: 4, as the F32 file), more than a Q8_0 or K-quant
     file's.
     `stacked` projections (the qk_rope variant) keep ggml's products (a kernel named is then an error)."""
@@ -146,7 +145,7 @@ class LanguageModel:
         otherwise computes on the file's memory map in place, which stacking would have to copy.
         `variant`: another composition of the graph (models.lm.Variant; qk_rope stacks the projections);
         default (OMNIVOICE_LM_VARIANT, e.g. "none" or "kv_rows", overrides): kv_rows on CUDA with F16 K/V (one
-        fused kernel for K's norm, RoPE and cast on CUDA: 3.54 against 4.04 ms per 5 s step on the H200),
+        fused kernel for K's norm, RoPE and cast on CUDA, a tenth off a 5 s step),
         with fused_casts where the ggml build fuses them (patch 0005); on the CPU fma_attention (its attention on
         the package's FMA kernel where that runs); else the plain graph.
         `padded_attention` (default: on GPUs with flash attention; OMNIVOICE_PADDED_ATTENTION=0/1 overrides)
@@ -167,10 +166,9 @@ class LanguageModel:
             else:
                 cuda_f16_kv = runtime.device.backend.lower() == "cuda" and not runtime.exact_f32
                 # fused_casts where the build fuses them (patch 0005; without it the casts would be CPY kernels
-                # of their own): 64 packed requests 77.2 -> 72.7 ms a step on the H200, auto5 2.96 -> 2.85;
-                # their outputs in a scratch that no input shares (cast_scratch), and the attention's written as
-                # its product's input by patch 0013's kernel where that takes the model (attn_cast): GPU time
-                # a step -2.6 to -4.8 % (auto5, clone5, auto20 on the H200, two calls), the same logits
+                # of their own; vendor/ggml/README.md has the measurements); their outputs in a scratch that no
+                # input shares (cast_scratch), and the attention's written as its product's input by patch 0013's
+                # kernel where that takes the model (attn_cast): a few per cent of a step's GPU time, the same logits
                 # the CPU: its attention on the package's FMA kernel where that runs (Variant.fma_attention)
                 fused = runtime.has(FUSED_CASTS)
                 variant = (lm_graph.Variant(kv_rows=True, fused_casts=fused, cast_scratch=fused,
@@ -191,7 +189,7 @@ class LanguageModel:
         self.cpu_products = kernel.name if self.weights.packed else None
         # Flash attention keeps K/V in F16 on GPUs (their kernels take that and accumulate in F32); the CPU
         # kernel takes F32 K/V and then accumulates in F32 too (with F16 K/V it accumulates V in F16, 1e-2 off
-        # in the logits), 2.6x faster than the plain path at 346 positions and float32-exact. A runtime asked
+        # in the logits), faster than the plain path and float32-exact. A runtime asked
         # for exact float32 keeps F32 K/V everywhere (Vulkan has an F32 kernel; CUDA, whose kernels round K/V to F16,
         # then takes the plain path: Runtime.supports_flash_attn).
         self.flash_kv = types.F16 if runtime.is_gpu and not runtime.exact_f32 else types.F32
@@ -209,9 +207,9 @@ class LanguageModel:
         self.padded_attention = bool(padded_attention and flash_attn)
         if max_graphs is None:
             env = current().lm_graphs
-            # Only GPUs: there a new shape costs about 25 ms (graph build and allocation ~10, the first run
-            # direct and the second captured into a CUDA graph, ~15; H200, 5 s requests), 15-20 % of a whole
-            # 5 s request; on the CPU it is 8-50 ms beside LM steps of a second.
+            # Only GPUs: there a new shape costs the graph's build and allocation, a first run and a second
+            # captured into a CUDA graph, a large share of a whole 5 s request; on the CPU it is small beside
+            # LM steps of a second.
             max_graphs = env if env is not None else (8 if runtime.is_gpu else 0)
         self.max_graphs = max(0, int(max_graphs))
         self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 512 << 20
@@ -419,7 +417,7 @@ class ChunkSession:
         # Steps run on the device (run_on_device) where asked and possible: their ids then live on the device, where
         # the device's choices write them. Not by default: there the ids come from the host at every step, and in
         # the serving engine, which steps on the host, device-held ids made a lone streamed request's first audio
-        # 5 ms later on the H200 (60-61 against 55 ms, two alternated rounds; BENCHMARKS.md).
+        # later (BENCHMARKS.md, "Tried and did not pay").
         self._device_loop = (device_steps and model.maskgit_step is not None and n == 1 and self.greedy[0]
                              and not with_logits)
         # The constants that follow the prompts' content, not only their shape: what a kept graph is given anew
@@ -484,7 +482,7 @@ class ChunkSession:
             spans = self._padded_segments()
         # Both masks are constants: a [1, L] tensor computed in the graph would, for an odd L, shift every
         # activation after it off the 64-byte lines that AVX-512 loads want (Graph.input pads inputs for the
-        # same reason; the F32 step at L = 337 took 1989 ms instead of 1231).
+        # same reason; an F32 step at an odd length then ran over half as long again).
         # The ids change at every step; a session whose steps run on the device holds them there (Graph.input).
         t_audio = g.input("audio_ids", np.int32, (C * L,), device=self._device_loop)
         h = lm_graph.hidden_states(g.ctx, w, cfg, c["text_ids"], t_audio, c["audio_mask"], c["text_mask"],

@@ -16,7 +16,7 @@ def solo(ov, request: dict):
 
 # A batch's sequences are decoded packed into shared graphs (runners.codec.decode_iter): on the CPU the same bits as
 # alone; a GPU's products take other kernels for other widths, within the codec's own tolerance there
-# (tests/models/test_codec.py; H200: 3.6e-6 apart, 1.1e-3 with TF32, tools/codec_decode_time.py). Another
+# (tests/models/test_codec.py; on an H200 3.6e-6 apart, 1.1e-3 with TF32). Another
 # request's audio would be ~0.1 or more away.
 GPU_AUDIO_ATOL = 1e-2
 

@@ -29,7 +29,7 @@ def forward(w: dict, cfg: dict, input_ids: np.ndarray, audio_mask: np.ndarray, p
 
     `w` maps Hugging Face tensor names to float64 arrays in torch layout; `cfg` has n_layer, n_head, n_head_kv,
     head_dim, eps, theta, n_codebook, audio_vocab. `product(x, name)`, default x @ w[name].T, computes every
-    matrix product (tools/int8_sim.py rounds them as a kernel would).
+    matrix product (e.g. rounding its operands as a packed kernel would).
     """
     if product is None:
         def product(x, name):
