@@ -20,7 +20,8 @@ torch.set_num_threads), float32 `W @ x` of the same shapes.
 
 GFLOP/s counts 2*M*K*N per product over the wall time; "per CPU-s" over the process's CPU time (all its
 threads), which a busy machine disturbs less: on one thread it is the kernel's own rate. On a shared machine
-run it under tools/bench_lock.sh; figures are only comparable within one run.
+run it under `flock /tmp/omnivoice-bench.lock` at a high priority (BENCHMARKS.md, Method); figures are only
+comparable within one run.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Where a graph's time goes, op by op: the codec decode (or encode) and the LM step on the CPU.
+"""Where a graph's time goes, op by op: the codec decode (or encode) and the LM step on the CPU; and the codec
+graphs' memory plans.
 
     python3 tools/op_profile.py decode --codec GGUF [--frames 125] [--threads N] [--repeats 3]
     python3 tools/op_profile.py encode --codec GGUF [--seconds 2.4]
     python3 tools/op_profile.py lm --lm GGUF [--shape auto5]
+    python3 tools/op_profile.py memory --codec GGUF [--seconds 5 10 20 30 60 120 600]
 
 The graph is first timed whole (median of --repeats runs after a warm-up), then run once more with ggml's
 scheduler callback observing every node, which makes the scheduler compute the nodes one at a time: each node's
@@ -10,6 +12,12 @@ time is the wall time between two callbacks (so it includes one thread start-up 
 microseconds, listed as the difference between the sum of nodes and the whole run). Nodes are summed by op
 (ggml_op_desc: unary ops by their own name) and by stage: the codec decoder's stage of a node is that of the
 last weight read before it (conv1, block.N, final), the LM's the layer.
+
+`memory` prints the compute-buffer sizes of the codec's graphs as Graph.allocate's memory plan measures them,
+nothing allocated: the encoder's graph for each duration of 24 kHz audio, then the decoder's for one window (512
+frames). Every plan is made to "not fit" (the available memory reported as 0), so Graph.allocate raises its
+MemoryError before allocating anything, and its message gives the size the package checks against the device's
+free memory (docs/ROBUSTNESS.md: the reference-clip limit).
 """
 
 from __future__ import annotations
@@ -96,19 +104,47 @@ def report(res: dict, top: int) -> None:
         print(f"| {op} | {st} | {1e3 * s:.2f} | {list(ne)} |")
 
 
+def planned(run) -> str:
+    """The size in the MemoryError that the plan of `run`'s graph raises."""
+    try:
+        run()
+    except MemoryError as e:
+        return re.search(r"needs (\S+ \S+)", str(e)).group(1)
+    raise RuntimeError("the graph was allocated: the plan did not run")
+
+
+def memory_plans(codec_path: Path, backend: str, seconds: list[float]) -> None:
+    """Print the planned compute-buffer size of the encoder's graph per duration and of one decoder window."""
+    from omnivoice.ggml import memory
+    from omnivoice.runners.codec import load_codec
+
+    memory.available = lambda backend: 0  # every plan "does not fit": Graph.allocate says the size and stops
+    with load_codec(codec_path, backend, threads=1) as codec:
+        for s in seconds:
+            n = int(s * codec.sample_rate) // codec.hop_length * codec.hop_length
+            print(f"encode {s:g} s: {planned(lambda: codec.encode(np.full(n, 0.1, np.float32)))}", flush=True)
+        frames = codec.window_frames
+        codes = np.zeros((codec.n_codebooks, frames), np.int32)
+        print(f"decode {frames} frames: {planned(lambda: codec.decode(codes))}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=("decode", "encode", "lm"))
-    p.add_argument("--codec", type=Path, help="codec GGUF (decode, encode)")
+    p.add_argument("what", choices=("decode", "encode", "lm", "memory"))
+    p.add_argument("--codec", type=Path, help="codec GGUF (decode, encode, memory)")
     p.add_argument("--lm", type=Path, help="LM GGUF (lm)")
     p.add_argument("--frames", type=int, default=125, help="decode: code frames (125 = 5 s)")
-    p.add_argument("--seconds", type=float, default=2.4, help="encode: seconds of audio")
+    p.add_argument("--seconds", type=float, nargs="+", default=None,
+                   help="encode: seconds of audio (default 2.4); memory: the durations (default 5 10 20 30 60 120 600)")
     p.add_argument("--shape", default="auto5", help="lm: a shape of tools/lm_step_time.py")
     p.add_argument("--backend", default="cpu")
     p.add_argument("--threads", type=int)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args()
+    if args.what == "memory":
+        memory_plans(args.codec, args.backend, args.seconds or [5, 10, 20, 30, 60, 120, 600])
+        return 0
 
     from omnivoice.ggml import Runtime
 
@@ -123,7 +159,8 @@ def main() -> int:
             codes = rng.integers(0, codec.codebook_size, (codec.n_codebooks, args.frames)).astype(np.int32)
             codec.decode(codes)
         else:
-            codec.encode((0.1 * rng.standard_normal(int(args.seconds * codec.sample_rate))).astype(np.float32))
+            seconds = (args.seconds or [2.4])[0]
+            codec.encode((0.1 * rng.standard_normal(int(seconds * codec.sample_rate))).astype(np.float32))
         graph = next(iter(codec._graphs.values()))
         res = profile(graph, args.repeats, {})
     else:

@@ -1,7 +1,7 @@
 """Our Philox generator, logf and Gumbel noise against values recorded on an NVIDIA H200.
 
 Golden: tests/golden/generate_cuda.npz, written on the GPU by
-``python3 tools/philox_cuda_check.py --write-golden tests/golden/generate_cuda.npz`` (torch.cuda
+``python3 tools/reference/philox_cuda_check.py --write-golden tests/golden/generate_cuda.npz`` (torch.cuda
 draws after ``torch.cuda.manual_seed``, with the generator offset after each draw; ``torch.log``
 on inputs where CUDA's logf is not the correctly rounded log; Gumbel noise). That script also runs
 the full-size comparison on the GPU.
@@ -26,7 +26,7 @@ def cuda_golden() -> dict:
     if not os.path.exists(_PATH):
         raise FileNotFoundError(
             f"{_PATH} is missing; regenerate it on a GPU with "
-            "`python3 tools/philox_cuda_check.py --write-golden tests/golden/generate_cuda.npz`"
+            "`python3 tools/reference/philox_cuda_check.py --write-golden tests/golden/generate_cuda.npz`"
         )
     with np.load(_PATH) as z:
         return {k: z[k] for k in z.files}

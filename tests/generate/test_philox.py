@@ -3,7 +3,7 @@
 Checked against the Random123 known-answer vectors and against a scalar, line-by-line
 transcription of cuRAND's Philox state machine and PyTorch's grid-stride uniform kernel (written
 here independently of the vectorised implementation). The comparison with real ``torch.cuda``
-draws is tools/philox_cuda_check.py (needs a GPU).
+draws is tools/reference/philox_cuda_check.py (needs a GPU).
 """
 
 from __future__ import annotations

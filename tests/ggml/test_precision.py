@@ -1,5 +1,5 @@
 """exact_f32: how a runtime asks Vulkan for its float32 shaders (the Vulkan runs themselves are GPU work,
-tools/device/h200_ggml.sh); the switches must be set before the process creates its Vulkan device."""
+tools/device/h200_checks.sh PARTS=vulkan); the switches must be set before the process creates its Vulkan device."""
 
 from __future__ import annotations
 

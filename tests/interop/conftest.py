@@ -1,6 +1,6 @@
 """Files in omnivoice.cpp's layout beside ours, made from the same checkpoints (session-wide).
 
-Theirs: tools/omnivoice_cpp_layout.py (their convert.py's F32 files) and, for their quantized files,
+Theirs: tests/fixtures/omnivoice_cpp_layout.py (their convert.py's F32 files) and, for their quantized files,
 omnivoice.quantize run on those (their tools/quantize.cpp re-created: on the tiny and k256 checkpoints its
 files were byte-identical to the C++ tool's, built against this project's ggml).
 """
@@ -29,7 +29,9 @@ def load_tool(name: str):
 
 @pytest.fixture(scope="session")
 def cpp_layout():
-    return load_tool("omnivoice_cpp_layout")
+    from tests.fixtures import omnivoice_cpp_layout
+
+    return omnivoice_cpp_layout
 
 
 def _theirs(cpp_layout, ckpt: Path, out: Path, quants: tuple[str, ...]) -> dict[str, Path]:

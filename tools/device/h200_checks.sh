@@ -1,30 +1,228 @@
 #!/usr/bin/env bash
-# docs/GPU.md's open device work 1 and 4 in one call (~8 minutes on a bare machine; results in $OUT):
-#  1. the CUDA defaults (kv_rows, padded attention with K/V scattered by set_rows) against the plain graph at full
-#     size: tools/lm_packed_check.py with the plain graph for each prompt alone, then tools/lm_parity_full.py
-#     (teacher-forced agreement with the reference's float32 dump) with and without OMNIVOICE_LM_VARIANT=none;
-#  2. the server's time to first audio, TTFB_REPEATS (10) runs, and CLIENTS (1,32) concurrent clients.
-# Carry .whl and .devcarry (cudalib/ from h200_ggml.sh ARCHIVE=1, ggml-src.tar.xz, and ref_auto5.npz from
-# tools/device/prepare_carry.sh):
+# The standard H200 checks in one device call (about 8 minutes with the default parts; a call may run 10): the
+# tables of BENCHMARKS.md's "NVIDIA H200, CUDA" section, measured on the tree the call carries.
+#
+# Here, once (a CPU machine with the package registries): bash tools/device/prepare_carry.sh, which makes .whl
+# (the wheels the device image lacks, the server's and the reference's included) and .devcarry (the pinned,
+# patched ggml tree; the reference's float32 dump; with CUDA=1 a CUDA build, .devcarry/cudalib). Then, on the
+# device machine, in the repository root (carry .whl .devcarry; .gl .vk for vulkan; .whl-ray for ray):
+#
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib bash tools/device/h200_checks.sh
+#
+# Without CUDA_LIB_ARCHIVE ggml is built there for sm_90 (about 4 minutes more; ARCHIVE=1 leaves that build in
+# $OUT/cudalib for later calls). The full-size random checkpoint (tools/make_checkpoint.py --preset full --seed 0)
+# is made and converted to BF16 beside the build.
+#
+# PARTS (comma list, default tests,bench,batch,server) picks what runs, in this order:
+#   tests   the CUDA suites, TEST_PATHS (default tests/nn tests/ggml tests/models tests/engine tests/test_api*.py)
+#   bench   tools/bench.py CASES (auto5,clone5,auto20) in QUANTS (bf16) side by side with the reference in
+#           REF_DTYPES (bfloat16), REPEATS (3) after a warm-up; with BASE=DIR (an earlier tree, made here with
+#           `git archive COMMIT omnivoice tools | tar -x -C .devcarry/base`) ours against that tree instead,
+#           alternated ROUNDS (2) times on this machine's build
+#   steps   tools/lm_step_time.py: synced steps, QUEUED (64) steps back to back, 32-step chunks stepped on the host
+#           and on the device, at SHAPES (auto5,clone5,90:0:500)
+#   batch   tools/batch_bench.py: BATCH_SIZES (64) five-second requests of MIX (mixed) batched against one by one
+#   server  tools/server_load.py: the first audio byte (TTFB_REPEATS, 10 runs), CLIENTS (1,8,32) clients of
+#           REQUESTS (4) requests; LOAD_ARGS adds its flags (e.g. --vary)
+#   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the LM step (F16, BF16 default shaders; F32 float32
+#           shaders) and the F32 parity with either shaders
+#   ray     on two GPUs (nvidia-h200-x2; carry .whl-ray from RAY=1 prepare_carry.sh): python -m omnivoice.batch
+#           --ray over a 64-request manifest in seven languages on one GPU actor, then two; scaling and tokens
+# Each part gets what is left of BUDGET_S (570 s) and is skipped, saying so, when it would not fit. TF32=off keeps
+# NVIDIA_TF32_OVERRIDE=0 after the tests (the timings otherwise run with TF32 as a user's process has it).
+# Results in $OUT (a call brings back at most eight files): h200_checks.log (every table), tests-cuda.log and
+# results.tar.gz (every JSON and log).
+#
+# To try the script on a CPU machine (tiny model, small sizes):
+#     BACKEND=cpu PARTS=bench,steps,batch,server CASES=auto5 REPEATS=1 BATCH_SIZES=2 CLIENTS=1,2 TTFB_REPEATS=1 \
+#         QUEUED=0 SHAPES=auto5 OUT=/tmp/checks bash tools/device/h200_checks.sh
 set -uo pipefail
-LOG=h200_checks.log; BUDGET_S=${BUDGET_S:-560}  # batch_setup.sh: $OUT, the log, t0, stamp, left
-source tools/device/batch_setup.sh || exit 1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NVIDIA_TF32_OVERRIDE=0
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # no NVLink multicast
+OUT=${OUT:-$PWD/gpu-out}; mkdir -p "$OUT"
+W=${BENCH_WORK:-/tmp/ovchecks}; R=$W/res; mkdir -p "$R"
+exec > >(tee -a "$OUT/h200_checks.log") 2>&1
+t0=$(date +%s); BUDGET_S=${BUDGET_S:-570}; BACKEND=${BACKEND:-cuda}
+PARTS=${PARTS:-tests,bench,batch,server}
+left() { echo $(( BUDGET_S - ($(date +%s) - t0) )); }
+stamp() { tar -czf "$OUT/results.tar.gz" -C "$W" res 2>/dev/null; echo "== $(( $(date +%s) - t0 ))s, $(left) s left: $*"; }
+part() { [[ ",$PARTS," == *",$1,"* ]]; }
+fits() { (( $(left) >= $1 )) && return 0; stamp "skipped $2: needs ~$1 s"; return 1; }
+export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 
-stamp "packed (padded, scattered K/V, kv_rows) against each prompt alone on the plain graph"
-for b in 16 64; do
-  OMNIVOICE_LM_VARIANT=none timeout 90 python3 tools/lm_packed_check.py --gguf "$MODEL" --backend cuda --batch $b \
-    | tee "$OUT/packed_check_$b.txt"
-done
-for variant in default none; do
-  stamp "teacher-forced parity, BF16, variant $variant"
-  env $([ $variant = none ] && echo OMNIVOICE_LM_VARIANT=none) timeout 150 python3 tools/lm_parity_full.py \
-    --checkpoint "$CKPT" --gguf-dir "$W/gguf" --ref .devcarry/ref_auto5.npz --backend cuda --flash --quants bf16 \
-    --json "$OUT/parity_$variant.json" | tee "$OUT/parity_$variant.md"
-done
+# --- setup: wheels, ggml, the checkpoint and its conversion (each skipped when a warm machine has it) ---
+if [ "$BACKEND" = cuda ] && [ ! -f "$W/site/.done" ]; then
+  stamp "python wheels"
+  mapfile -t ours < <(ls .whl/*.whl | grep -v -e '/omnivoice-' -e '/pydub-')
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/site" \
+    "${ours[@]}" || exit 1
+  if ls .whl/omnivoice-*.whl >/dev/null 2>&1; then  # the reference sees only ref-site (and needs soundfile there)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/ref-site" \
+      .whl/omnivoice-*.whl .whl/pydub-*.whl .whl/soundfile-*.whl .whl/cffi-*.whl .whl/pycparser-*.whl || exit 1
+  fi
+  touch "$W/site/.done"
+fi
+[ "$BACKEND" = cuda ] && export PYTHONPATH=$W/site${PYTHONPATH:+:$PYTHONPATH}
+REF_SITE=; [ -d "$W/ref-site" ] && REF_SITE=$W/ref-site
+if [ "$BACKEND" = cuda ]; then QUANT=bf16; PRESET=full; else QUANT=${QUANT:-f32}; PRESET=${PRESET:-tiny}; fi
+CKPT=${CKPT:-$W/ckpt-$PRESET}
+convert() {  # quant...: tools/bench.py's conversion (kept while the checkpoint is unchanged)
+  python3 -c "import sys, pathlib; sys.path.insert(0, 'tools'); import bench
+bench.convert(pathlib.Path('$CKPT'), pathlib.Path('$W/gguf'), sys.argv[1:])" "$@" >> "$R/checkpoint.log" 2>&1
+}
+stamp "checkpoint ($PRESET) and $QUANT conversion (background)"
+( [ -f "$CKPT/audio_tokenizer/model.safetensors" ] ||
+    python3 tools/make_checkpoint.py --preset "$PRESET" --seed 0 -o "$CKPT" >> "$R/checkpoint.log" 2>&1 ) &&
+  convert "$QUANT" &
+conv_pid=$!
+src() { [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || { mkdir -p vendor/ggml/src &&
+  tar -C vendor/ggml/src -xJf .devcarry/ggml-src.tar.xz; }; }
+if [ "$BACKEND" != cuda ]; then
+  stamp "backend $BACKEND: the build here is used"
+elif [ -f omnivoice/ggml/_lib/libggml-cuda.so ]; then
+  stamp "CUDA build already here"
+elif [ -n "${CUDA_LIB_ARCHIVE:-}" ] && ls "$CUDA_LIB_ARCHIVE"/*.tar.xz.* >/dev/null 2>&1; then
+  stamp "unpack the carried CUDA build"
+  cat "$CUDA_LIB_ARCHIVE"/*.tar.xz.* | xz -d | tar -C omnivoice/ggml -xf - || exit 1
+  # the package's CPU kernels (omnivoice/csrc) change more often than ggml: rebuild them from this tree (seconds)
+  if [ "${OPS_REBUILD:-1}" = 1 ] && [ -f .devcarry/ggml-src.tar.xz ]; then
+    stamp "rebuild libomnivoice-ops from this tree"
+    { src && cmake -S . -B build/ops -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_VULKAN=OFF > "$R/ops-build.log" 2>&1 &&
+      cmake --build build/ops --target omnivoice-ops -j "$(nproc)" >> "$R/ops-build.log" 2>&1 &&
+      cp build/ops/lib/libomnivoice-ops.so omnivoice/ggml/_lib/; } || { tail -20 "$R/ops-build.log"; exit 1; }
+  fi
+else
+  stamp "build ggml (CUDA sm_90)"
+  src || exit 1
+  CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" python3 build_ext.py all > "$R/build.log" 2>&1 ||
+    { tail -40 "$R/build.log"; exit 1; }
+  if [ "${ARCHIVE:-0}" = 1 ]; then
+    stamp "archive the CUDA build into \$OUT/cudalib"
+    mkdir -p "$OUT/cudalib"
+    tar -C omnivoice/ggml -cf - _lib _cdef.h _consts.json | xz -T0 -6 | split -b 15M - "$OUT/cudalib/ggml_cuda_lib.tar.xz."
+  fi
+fi
+[ "$BACKEND" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+python3 -c "from omnivoice.ggml import build_info, list_devices; [print(d.spec, d.description) for d in list_devices()]
+print('ggml patches:', ', '.join(p[:4] for p in build_info.get('ggml_patches', [])))"
+echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')"
 
-stamp "server, $(left) s left"
-(( $(left) > 120 )) && BUDGET_S=$(( $(left) - 5 )) OUT=$OUT/server TTFB_REPEATS=${TTFB_REPEATS:-10} \
-  CLIENTS=${CLIENTS:-1,32} bash tools/device/h200_server.sh
-stamp "done, $(left) s left"
+if part tests && fits 120 "tests"; then
+  stamp "tests on $BACKEND"
+  # shellcheck disable=SC2086  # TEST_PATHS: several paths
+  OMNIVOICE_TEST_BACKEND=$BACKEND timeout $(( $(left) > 330 ? 240 : $(left) / 2 )) python3 -m pytest -q \
+    -p no:cacheprovider -rs ${TEST_PATHS:-tests/nn tests/ggml tests/models tests/engine tests/test_api*.py} \
+    > "$OUT/tests-cuda.log" 2>&1
+  tail -14 "$OUT/tests-cuda.log"
+fi
+[ "${TF32:-default}" = default ] && unset NVIDIA_TF32_OVERRIDE
+stamp "waiting for the checkpoint and conversion"
+wait $conv_pid || { tail -20 "$R/checkpoint.log"; exit 1; }
+MODEL=$W/gguf/omnivoice-base-${QUANT^^}.gguf; CODEC=$W/gguf/omnivoice-tokenizer-F32.gguf
+
+if part bench && fits 150 "bench"; then
+  CASES=${CASES:-auto5,clone5,auto20}; REPEATS=${REPEATS:-3}; QUANTS=${QUANTS:-$QUANT}
+  bench() {  # tree label [bench.py arguments]: the tree's tools/bench.py with that tree's package
+    local tree=$1 label=$2; shift 2
+    (cd "$tree" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout $(( $(left) - 20 )) python3 tools/bench.py \
+      --checkpoint "$CKPT" --gguf-dir "$W/gguf" --backend "$BACKEND" --quant "$QUANTS" --cases "$CASES" \
+      --repeats "$REPEATS" --warmup 1 --json "$R/bench-$label.json" "$@") > "$R/bench-$label.log" 2>&1 ||
+      { tail -5 "$R/bench-$label.log"; return 1; }
+    grep -E "^(\||Machine)" "$R/bench-$label.log"
+  }
+  if [ -n "${BASE:-}" ]; then
+    [ -f "$BASE/tools/bench.py" ] || { echo "BASE=$BASE holds no tools/bench.py"; exit 1; }
+    cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$BASE/omnivoice/ggml/"
+    for round in $(seq "${ROUNDS:-2}"); do
+      stamp "bench round $round: this tree"; bench . "this-$round" --no-reference
+      stamp "bench round $round: BASE"; bench "$BASE" "base-$round" --no-reference
+    done
+  elif [ -n "$REF_SITE" ] || [ "$BACKEND" != cuda ]; then
+    stamp "side by side with the reference"
+    ref=(--ref-python python3 --ref-pythonpath "$REF_SITE"); [ -z "$REF_SITE" ] && ref=()
+    bench . reference --ref-dtype "${REF_DTYPES:-bfloat16}" "${ref[@]}"
+  else
+    stamp "skipped bench: no reference wheels in .whl and no BASE"
+  fi
+fi
+
+if part steps && fits 90 "steps"; then
+  stamp "LM steps: synced, queued, 32-step chunks"
+  timeout $(( $(left) - 10 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf" --backend "$BACKEND" \
+    --quants "$QUANT" --shapes "${SHAPES:-auto5,clone5,90:0:500}" --repeats 7 --queued "${QUEUED:-64}" \
+    --maskgit 32 --json "$R/steps.jsonl" 2>&1 | grep -vE "^\s*$"
+fi
+
+if part batch && fits 90 "batch"; then
+  stamp "batch_bench ${BATCH_SIZES:-64} ${MIX:-mixed}"
+  timeout $(( $(left) - 10 )) python3 tools/batch_bench.py --model "$MODEL" --codec "$CODEC" --backend "$BACKEND" \
+    --steps 32 --sizes "${BATCH_SIZES:-64}" --mix "${MIX:-mixed}" --json "$R/batch.json" 2>&1 | grep -E "^\||by phase"
+fi
+
+if part server && fits 100 "server"; then
+  stamp "server_load ${LOAD_ARGS:-}"
+  # shellcheck disable=SC2086  # LOAD_ARGS: several arguments
+  timeout $(( $(left) - 10 )) python3 tools/server_load.py --backend "$BACKEND" --model "$MODEL" --codec "$CODEC" \
+    --clients "${CLIENTS:-1,8,32}" --requests "${REQUESTS:-4}" --ttfb-repeats "${TTFB_REPEATS:-10}" ${LOAD_ARGS:-} \
+    --json "$R/server_load.json" --server-log "$R/server.log" 2>&1 | tee "$R/server_load.md"
+fi
+
+if part vulkan && fits 200 "vulkan"; then
+  stamp "Vulkan module (carried .gl .vk)"
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  mkdir -p /opt/vk && for f in .vk/*.deb; do dpkg -x "$f" /opt/vk; done
+  VK=/opt/vk/usr; VKLIB=$VK/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=$VKLIB:${LD_LIBRARY_PATH:-}
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  ldconfig
+  { src && cmake -S . -B build/vk -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DCMAKE_PREFIX_PATH=$VK \
+      -DVulkan_INCLUDE_DIR=$VK/include -DVulkan_LIBRARY=$VKLIB/libvulkan.so.1 -DVulkan_GLSLC_EXECUTABLE=$VK/bin/glslc \
+      -DCMAKE_CXX_FLAGS=-I$VK/include > "$R/build-vulkan.log" 2>&1 &&
+    cmake --build build/vk --target ggml-vulkan >> "$R/build-vulkan.log" 2>&1 &&
+    cp build/vk/lib/libggml-vulkan.so omnivoice/ggml/_lib/; } || { tail -30 "$R/build-vulkan.log"; exit 1; }
+  convert f16 f32 || { tail -20 "$R/checkpoint.log"; exit 1; }
+  stamp "Vulkan LM steps"
+  OMNIVOICE_EXACT_F32=0 timeout $(( $(left) - 10 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf" \
+    --backend vulkan --quants f16,bf16 --shapes auto5,clone5,auto20 --json "$R/steps-vulkan.jsonl" --label default
+  OMNIVOICE_EXACT_F32=1 timeout $(( $(left) - 10 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf" \
+    --backend vulkan --quants f32 --shapes auto5,clone5,auto20 --json "$R/steps-vulkan.jsonl" --label float32
+  for exact in 1 0; do
+    fits 50 "Vulkan parity (exact $exact)" || break
+    stamp "Vulkan F32 parity, OMNIVOICE_EXACT_F32=$exact"
+    OMNIVOICE_EXACT_F32=$exact timeout $(( $(left) - 5 )) python3 tools/lm_parity_full.py --checkpoint "$CKPT" \
+      --gguf-dir "$W/gguf" --ref .devcarry/ref_auto5.npz --backend vulkan --flash --quants f32 \
+      --json "$R/parity-vulkan-$exact.json" 2>&1 | grep -v '^{' | tail -4
+  done
+fi
+
+if part ray && fits 120 "ray"; then
+  if ! python3 -c "import ray" 2>/dev/null; then
+    stamp "unpack Ray (.whl-ray)"
+    { xz -T0 -dc .whl-ray/ray.tar.xz | tar -C "$W/site" -xf - &&
+      python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" .whl-ray/*.whl; } \
+      > "$R/ray-install.log" 2>&1 || { tail -20 "$R/ray-install.log"; exit 1; }
+  fi
+  M=$W/ray-manifest/lines.jsonl
+  python3 tools/batch_bench.py --write-manifest "$M" --sizes "${RAY_N:-64}" --mix multilingual --steps 32 || exit 1
+  export RAY_USAGE_STATS_ENABLED=0; unset RAY_ADDRESS
+  for n in 1 2; do
+    [ "$BACKEND" = cuda ] && (( n > $(nvidia-smi -L | wc -l) )) && { stamp "skipped ray on $n GPUs"; break; }
+    stamp "omnivoice.batch --ray on $n GPU(s)"
+    if [ "$BACKEND" = cuda ]; then dev=(--backend cuda); vis=$(seq -s, 0 $((n - 1))); else dev=(--cpu-actors $n --threads 1); vis=; fi
+    # --ray without an address: the CLI starts a local cluster and stops only what it started
+    CUDA_VISIBLE_DEVICES=$vis timeout --signal=INT --kill-after=15 $(( ($(left) - 20) * n / 2 )) \
+      python3 -m omnivoice.batch "$M" -o "$W/ray-out-$n" --model "$MODEL" --batch-size 32 --save-tokens --ray \
+      "${dev[@]}" 2>&1 | tee "$R/ray-$n.log" | grep -E "done:|actor"
+  done
+  python3 - "$W" <<'EOF'
+import sys, pathlib
+import numpy as np
+W = pathlib.Path(sys.argv[1])
+one, two = W / "ray-out-1", W / "ray-out-2"
+names = sorted(p.name for p in one.glob("*.npy"))
+same = sum((two / n).is_file() and np.array_equal(np.load(one / n), np.load(two / n)) for n in names)
+print(f"tokens equal between one and two actors: {same} of {len(names)} items")
+EOF
+fi
+stamp "done"

