@@ -75,3 +75,17 @@ def test_no_code_path_reads_patch_file_names():
         if "ggml_patches" in text and path.name != "_ffi.py":
             offenders.append(f"{path.relative_to(ROOT)}: reads ggml_patches")
     assert offenders == []
+
+
+def test_a_cuda_build_of_these_patches_has_every_capability():
+    """On CUDA (OMNIVOICE_TEST_BACKEND=cuda, a build from this tree's patches) the library says it has every
+    kernel the graphs ask for: the patches' feature lines and 0024's function are there."""
+    from tests.backend import BACKEND
+
+    if not BACKEND.lower().startswith("cuda"):
+        pytest.skip("our patches' kernels are CUDA's; the CPU build's answers are checked above")
+    rt = Runtime(BACKEND, 1)
+    try:
+        assert [c for c in CAPABILITIES.values() if not rt.has(c)] == []
+    finally:
+        rt.close()
