@@ -37,6 +37,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 VENDOR = ROOT / "vendor" / "ggml"
@@ -109,15 +110,20 @@ def source_key(lock: dict) -> str:
     return ",".join([lock["sha256"], *(f"{p['file']}:{p['sha256']}" for p in lock.get("patches", []))])
 
 
-def apply_unified_diff(text: str, root: Path, name: str = "patch") -> None:
-    """Apply a unified diff (`--- a/PATH`, `+++ b/PATH` headers, as `diff -u` writes them) to the files below
-    `root`.
+class Hunk(NamedTuple):
+    """One hunk of a unified diff: its header, the 0-based line of the file where it starts, the lines it expects
+    there (context and removed) and the lines it leaves (context and added)."""
+    header: str
+    first: int
+    old: list[str]
+    new: list[str]
 
-    Exact: every hunk's context and removed lines must match the file at the line its header names, or the file
-    is left as it was and the error names it and the hunk. No fuzz and no offsets: the patches are ours, made
-    against the pinned source, so a mismatch means the source is not what the lock says. No dependency on the
-    `patch` program (a fresh CI machine need not have it)."""
+
+def parse_unified_diff(text: str, name: str = "patch") -> list[tuple[str, list[Hunk]]]:
+    """The files (paths as `+++ b/PATH` names them) and hunks of a unified diff as `diff -u` writes it; a malformed
+    diff is an error naming the line."""
     lines = text.splitlines(keepends=True)
+    files: list[tuple[str, list[Hunk]]] = []
     i = 0
     while i < len(lines):
         if not lines[i].startswith("--- "):
@@ -127,12 +133,7 @@ def apply_unified_diff(text: str, root: Path, name: str = "patch") -> None:
             raise RuntimeError(f"{name}: line {i + 2}: expected a '+++ ' header after '--- '")
         rel = lines[i + 1][4:].split("\t")[0].strip()
         rel = rel[2:] if rel.startswith("b/") else rel
-        target = root / rel
-        if Path(rel).is_absolute() or ".." in Path(rel).parts or not target.is_file():
-            raise RuntimeError(f"{name}: {rel}: no such file in {root}")
-        old = target.read_text(encoding="utf-8").splitlines(keepends=True)
-        out: list[str] = []
-        at = 0  # lines of `old` consumed so far
+        hunks: list[Hunk] = []
         i += 2
         while i < len(lines) and lines[i].startswith("@@ "):
             m = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,(\d+))? @@", lines[i])
@@ -140,34 +141,61 @@ def apply_unified_diff(text: str, root: Path, name: str = "patch") -> None:
                 raise RuntimeError(f"{name}: line {i + 1}: not a hunk header: {lines[i].strip()!r}")
             header = lines[i].strip()
             n_old, n_new = int(m.group(2) or 1), int(m.group(3) or 1)
-            first = int(m.group(1)) - (1 if n_old else 0)
-            if first < at:
-                raise RuntimeError(f"{name}: {rel}: hunk {header} overlaps the one before it")
-            out += old[at:first]
-            at = first
+            hunk = Hunk(header, int(m.group(1)) - (1 if n_old else 0), [], [])
             i += 1
             while n_old or n_new:
                 if i >= len(lines):
                     raise RuntimeError(f"{name}: {rel}: hunk {header} ends early")
                 line = " \n" if lines[i] == "\n" else lines[i]  # an empty context line whose space an editor stripped
                 tag, body = line[:1], line[1:]
-                if tag in (" ", "-"):
-                    if at >= len(old) or old[at] != body:
-                        raise RuntimeError(f"{name}: {rel}: hunk {header} does not match line {at + 1} of the file "
-                                           "(a source other than the pinned one, or the patch applied already?)")
-                    if tag == " ":
-                        out.append(body)
-                    at += 1
-                    n_old -= 1
-                    n_new -= tag == " "
-                elif tag == "+":
-                    out.append(body)
-                    n_new -= 1
-                else:
+                if tag not in (" ", "-", "+"):
                     raise RuntimeError(f"{name}: line {i + 1}: unexpected {lines[i].strip()!r} in hunk {header}")
+                if tag != "+":
+                    hunk.old.append(body)
+                    n_old -= 1
+                if tag != "-":
+                    hunk.new.append(body)
+                    n_new -= 1
                 i += 1
             if i < len(lines) and lines[i].startswith("\\"):
                 raise RuntimeError(f"{name}: {rel}: files without a final newline are not supported")
+            hunks.append(hunk)
+        files.append((rel, hunks))
+    return files
+
+
+def patch_target(root: Path, rel: str, name: str = "patch") -> Path:
+    """The file below `root` that a diff's path names; an error where it is absent or outside `root`."""
+    target = root / rel
+    if Path(rel).is_absolute() or ".." in Path(rel).parts or not target.is_file():
+        raise RuntimeError(f"{name}: {rel}: no such file in {root}")
+    return target
+
+
+def apply_unified_diff(text: str, root: Path, name: str = "patch") -> None:
+    """Apply a unified diff (`--- a/PATH`, `+++ b/PATH` headers, as `diff -u` writes them) to the files below
+    `root`.
+
+    Exact: every hunk's context and removed lines must match the file at the line its header names, or the file
+    is left as it was and the error names it and the hunk. No fuzz and no offsets: the patches are ours, made
+    against the pinned source, so a mismatch means the source is not what the lock says (vendor/ggml/reapply.py
+    reports, for another source, which hunks still apply and where). No dependency on the `patch` program (a
+    fresh CI machine need not have it)."""
+    for rel, hunks in parse_unified_diff(text, name):
+        target = patch_target(root, rel, name)
+        old = target.read_text(encoding="utf-8").splitlines(keepends=True)
+        out: list[str] = []
+        at = 0  # lines of `old` consumed so far
+        for h in hunks:
+            if h.first < at:
+                raise RuntimeError(f"{name}: {rel}: hunk {h.header} overlaps the one before it")
+            got = old[h.first:h.first + len(h.old)]
+            if got != h.old:
+                bad = h.first + next((k for k, (a, b) in enumerate(zip(got, h.old)) if a != b), len(got))
+                raise RuntimeError(f"{name}: {rel}: hunk {h.header} does not match line {bad + 1} of the file "
+                                   "(a source other than the pinned one, or the patch applied already?)")
+            out += old[at:h.first] + h.new
+            at = h.first + len(h.old)
         out += old[at:]
         target.write_text("".join(out), encoding="utf-8")
 
