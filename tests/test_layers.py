@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("engine",)),
     ("api", ("", "api", "resolve")),
     ("commands", ("cli", "arguments", "tts", "cache", "codec.__main__", "convert.__main__", "quantize.__main__",
-                  "batch", "server")),
+                  "batch", "server", "wyoming")),
 ]
 RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
 

@@ -12,6 +12,14 @@
     engine_adapter.py   the only module that touches the model (over the batched engine, omnivoice.engine)
 """
 
-from .app import ServerConfig, create_app
-
 __all__ = ["ServerConfig", "create_app"]
+
+
+def __getattr__(name: str):
+    # The app needs FastAPI (the extra [server]); the voice library, the engine adapter and textstream do not,
+    # and python -m omnivoice.wyoming uses them without it.
+    if name in __all__:
+        from . import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,25 +29,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m omnivoice.server", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="OpenAI-compatible OmniVoice speech server.")
-    g = p.add_argument_group("model")
-    g.add_argument("--model", help="LM GGUF, OmniVoice checkpoint directory or Hugging Face repo id "
-                                   "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
-    g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
-    g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
-    add_quant_option(g)
-    g.add_argument("--threads", type=thread_count, help="CPU threads (default: all cores)")
+    add_model_arguments(p)
     g = p.add_argument_group("serving")
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     g.add_argument("--port", type=int, default=8000)
-    g.add_argument("--voices", type=Path, default=Path("voices"),
-                   help="voice library folder of NAME.rvq + NAME.rvq.txt files (default ./voices)")
     g.add_argument("--api-key", default=current().api_key,
                    help="require 'Authorization: Bearer KEY' on /v1/ (default: $OMNIVOICE_API_KEY, else none)")
-    g.add_argument("--max-batch", default="auto", help="requests batched into one LM step (default auto)")
-    g.add_argument("--max-wait-ms", type=float, default=10.0,
-                   help="how long a request that arrives while others run may wait to join their batch "
-                        "(default 10; an idle engine starts at once)")
-    g.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503 (default 64)")
+    add_engine_arguments(g)
     g.add_argument("--max-upload-mb", type=float, default=20.0, help="request body limit in MiB (default 20)")
     g.add_argument("--max-input-chars", type=int, default=4096,
                    help="longest input text; on the WebSocket, the most text pending per connection (default 4096)")
@@ -57,24 +45,53 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(args):
-    from .app import ServerConfig
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model's flags (a group of their own), as every server names them (also python -m omnivoice.wyoming)."""
+    g = p.add_argument_group("model")
+    g.add_argument("--model", help="LM GGUF, OmniVoice checkpoint directory or Hugging Face repo id "
+                                   "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
+    g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
+    g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
+    add_quant_option(g)
+    g.add_argument("--threads", type=thread_count, help="CPU threads (default: all cores)")
 
+
+def add_engine_arguments(g) -> None:
+    """The voice library's and the batched engine's flags (checked by check_engine_arguments)."""
+    g.add_argument("--voices", type=Path, default=Path("voices"),
+                   help="voice library folder of NAME.rvq + NAME.rvq.txt files (default ./voices)")
+    g.add_argument("--max-batch", default="auto", help="requests batched into one LM step (default auto)")
+    g.add_argument("--max-wait-ms", type=float, default=10.0,
+                   help="how long a request that arrives while others run may wait to join their batch "
+                        "(default 10; an idle engine starts at once)")
+    g.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503 (default 64)")
+
+
+def check_engine_arguments(args) -> None:
+    """ValueError for a bad --max-batch, --max-queue, --max-wait-ms or --voices; --max-batch parsed."""
     if args.max_batch != "auto":
         try:
             args.max_batch = int(args.max_batch)
         except ValueError:
             raise ValueError(f"--max-batch must be 'auto' or a positive integer, got {args.max_batch!r}") from None
     for name, value in (("--max-batch", args.max_batch if args.max_batch != "auto" else 1),
-                        ("--max-queue", args.max_queue), ("--max-input-chars", args.max_input_chars),
-                        ("--port", args.port + 1), ("--max-upload-mb", args.max_upload_mb),
-                        ("--ws-idle-timeout", args.ws_idle_timeout)):
+                        ("--max-queue", args.max_queue)):
         if not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")
     if args.max_wait_ms < 0:
         raise ValueError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
     if args.voices.exists() and not args.voices.is_dir():
         raise ValueError(f"--voices {args.voices}: not a folder")
+
+
+def config_from_args(args):
+    from .app import ServerConfig
+
+    check_engine_arguments(args)
+    for name, value in (("--max-input-chars", args.max_input_chars), ("--port", args.port + 1),
+                        ("--max-upload-mb", args.max_upload_mb), ("--ws-idle-timeout", args.ws_idle_timeout)):
+        if not value > 0:
+            raise ValueError(f"{name} must be positive, got {value}")
     return ServerConfig(model=args.model, codec=args.codec, backend=args.backend, quant=args.quant,
                         cpu_products=args.cpu_products, threads=args.threads, voices=args.voices,
                         api_key=args.api_key, max_batch=args.max_batch,
