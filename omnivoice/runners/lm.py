@@ -119,7 +119,7 @@ def products_kernel(runtime: Runtime, weight_type: int | None, choice: str | Non
 
     avx512 = "AVX512" in cpu_features()
     if weight_type == types.F32:
-        # AVX-512 with many threads: ggml's F32 GEMM scaled better (BENCHMARKS.md, the Xeon at 8 and 16 threads)
+        # AVX-512 with many threads: ggml's F32 GEMM scaled better (tools/matmul_bench.py --types fma,f32 on a 16-core Xeon)
         many = avx512 and runtime.n_threads > FMA_MAX_AVX512_THREADS
         return fma.KERNEL if fma.available() and not many else None
     if runtime.exact_f32:
