@@ -44,7 +44,7 @@ _HASHES = "hashes.json"
 _SOURCE = "source.json"
 
 __all__ = ["DEFAULT_REPO", "ModelNotAvailable", "DownloadError", "cache_dir", "default_quant", "resolve_model",
-           "resolve_codec", "CacheEntry", "list_cache", "remove_cache_entry"]
+           "check_model", "resolve_codec", "CacheEntry", "list_cache", "remove_cache_entry"]
 
 
 class ModelNotAvailable(FileNotFoundError):
@@ -103,6 +103,39 @@ def resolve_model(model: Optional[str] = None, codec: Optional[str] = None, quan
     `model` means OMNIVOICE_MODEL, else k2-fsa/OmniVoice. Raises ModelNotAvailable for what does not exist,
     DownloadError when the Hub cannot be reached, and the converter's errors for a bad checkpoint.
     """
+    model, path, codec_path, kind = _locate(model, codec)
+    if kind == "file":
+        return path, codec_path
+    if kind == "repo":
+        files = _download_gguf_repo(model, quant, prefer)
+        if files is not None:
+            return files[0], codec_path or files[1]
+        path = _download(model)
+        kind = _folder_kind(path, model)
+    if kind == "gguf folder":
+        return _pick_from_folder(path, codec_path, quant, prefer)
+    lm, cached_codec = _convert_cached(path, prefer if quant == "auto" else quant)
+    return lm, codec_path or cached_codec
+
+
+def check_model(model: Optional[str] = None, codec: Optional[str] = None) -> None:
+    """Check a model argument as far as it can be without downloading, converting or loading anything: the
+    files and folders named exist and are of a kind resolve_model takes, and GGUF files named have a GGUF
+    header. Raises what resolve_model (or the GGUF reader) would; a repo id is left to resolve_model. For
+    commands that would otherwise report a typo only after starting (the server, before it binds its port)."""
+    from .gguf.reader import read_gguf_metadata
+
+    _, path, codec_path, kind = _locate(model, codec)
+    if kind == "file":
+        for f in (path, codec_path):
+            read_gguf_metadata(str(f), ())
+    elif codec_path is not None:
+        read_gguf_metadata(str(codec_path), ())
+
+
+def _locate(model: Optional[str], codec: Optional[str]) -> tuple[str, Path, Optional[Path], str]:
+    """(the model as named, its path, the codec's path, kind) where kind is "file" (an LM GGUF, with its codec),
+    "repo" (a Hugging Face repo id), "gguf folder" or "checkpoint"; ModelNotAvailable for anything else."""
     model = model or current().model or DEFAULT_REPO
     path = Path(model).expanduser()
     codec_path = Path(codec).expanduser() if codec else None
@@ -112,26 +145,27 @@ def resolve_model(model: Optional[str] = None, codec: Optional[str] = None, quan
         codec_path = codec_path or path.with_name(_codec_name())
         if not codec_path.is_file():
             raise ModelNotAvailable(f"codec GGUF not found: {codec_path} (pass codec=... / --codec)")
-        return path, codec_path
+        return model, path, codec_path, "file"
     if not path.exists():
         if path.is_absolute() or str(model).startswith((".", "~")) or str(model).count("/") != 1:
             raise ModelNotAvailable(f"model not found: {model} (expected a GGUF file, a folder of converted "
                                     f"GGUFs, a checkpoint directory or a Hugging Face repo id such as "
                                     f"{DEFAULT_REPO})")
-        files = _download_gguf_repo(str(model), quant, prefer)
-        if files is not None:
-            return files[0], codec_path or files[1]
-        path = _download(str(model))
+        return model, path, codec_path, "repo"
+    return model, path, codec_path, _folder_kind(path, model)
+
+
+def _folder_kind(path: Path, model: str) -> str:
+    """"gguf folder" or "checkpoint" for a model folder (named `model`); ModelNotAvailable for anything else."""
     if not path.is_dir():
         raise ModelNotAvailable(f"model not found: {model} (not a file or a directory)")
-    if not (path / "config.json").is_file() and _lm_files(path):
-        return _pick_from_folder(path, codec_path, quant, prefer)
-    if not (path / "config.json").is_file():
-        raise ModelNotAvailable(
-            f"{path}: neither a folder of converted GGUFs (no {_lm_name('*')}) nor an OmniVoice checkpoint "
-            f"(no config.json); pass --model with a GGUF file, such a folder, a checkpoint directory or a repo id")
-    lm, cached_codec = _convert_cached(path, prefer if quant == "auto" else quant)
-    return lm, codec_path or cached_codec
+    if (path / "config.json").is_file():
+        return "checkpoint"
+    if _lm_files(path):
+        return "gguf folder"
+    raise ModelNotAvailable(
+        f"{path}: neither a folder of converted GGUFs (no {_lm_name('*')}) nor an OmniVoice checkpoint "
+        f"(no config.json); pass --model with a GGUF file, such a folder, a checkpoint directory or a repo id")
 
 
 def resolve_codec(model: str) -> Path:

@@ -112,8 +112,11 @@ def load_audio(source: PathOrFile, max_seconds: float | None = None) -> tuple[np
                                      f"is over the {max_seconds:g} s limit")
             data = f.read(dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError) as exc:
+        # libsndfile's own words without soundfile's "Error opening <repr of the source>: " (an object address
+        # for a file object; the name once more for a path)
+        why = getattr(exc, "error_string", None) or str(exc)
         raise AudioFileError(
-            f"{name}: not a readable audio file (soundfile/libsndfile: {exc}); "
+            f"{name}: not a readable audio file (soundfile/libsndfile: {why}); "
             "convert it to WAV or FLAC first"
         ) from exc
     except OSError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 from pathlib import Path
 
@@ -14,9 +15,13 @@ from ..arguments import add_quant_option, thread_count
 from ..cli import EXIT_STATUS_HELP, run
 from ..config import current
 
+log = logging.getLogger("omnivoice.server")
+
 EPILOG = f"""\
-The model loads in the background: GET /health answers 503 until it is ready; a model that cannot be loaded
-stops the server with status 2 (bad input) or 1. SIGINT and SIGTERM shut it down gracefully.
+--model and --codec are checked (the files and folders exist, GGUF files have a GGUF header) and the port is
+bound before the server starts: a bad model or a port in use is one error line, status 2 or 1. The model then
+loads in the background: GET /health answers 503 until it is ready; a model that cannot be loaded stops the
+server with status 2 (bad input) or 1. SIGINT and SIGTERM shut it down gracefully.
 {EXIT_STATUS_HELP}
 
 examples:
@@ -100,6 +105,20 @@ def config_from_args(args):
                         ws_idle_timeout=args.ws_idle_timeout)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound to `host`:`port` (as uvicorn binds it); an OSError naming the address when it
+    cannot be (in use, not this machine's, a privileged port), before anything else starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e} (--host, --port)") from None
+    return sock
+
+
 def serve(args) -> int:
     """Run the server until it is stopped; raises the load failure when the model cannot be loaded."""
     try:
@@ -108,7 +127,18 @@ def serve(args) -> int:
         from .app import create_app
     except ImportError as e:
         raise ValueError(f"the server needs its extra: pip install 'omnivoice-ggml[server]' ({e})") from None
+    from ..resolve import check_model
+
     config = config_from_args(args)
+    check_model(config.model, config.codec)  # a bad --model stops here, before the port is taken
+    sock = listen(args.host, args.port)
+    try:
+        return _serve_on(sock, args, config, uvicorn, create_app)
+    finally:
+        sock.close()
+
+
+def _serve_on(sock: socket.socket, args, config, uvicorn, create_app) -> int:
     config.voices.mkdir(parents=True, exist_ok=True)
     failure: list[BaseException] = []
 
@@ -119,12 +149,19 @@ def serve(args) -> int:
     app = create_app(config, on_load_error=load_failed)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                            timeout_graceful_shutdown=10))
+    host, port = sock.getsockname()[:2]
+    where = f"{f'[{host}]' if ':' in host else host}:{port}"
+    log.info("listening on http://%s (Ctrl-C to quit)", where)
     # uvicorn handles SIGINT / SIGTERM itself (a graceful shutdown), then raises the signal again for cli.run
-    server.run()
+    try:
+        server.run(sockets=[sock])
+    except SystemExit as e:  # uvicorn's own exit on a failed startup: reported as ours, with our status
+        raise OSError(f"the server did not start on {where} (uvicorn exited with {e.code}; see the log above)") \
+            from None
     if failure:
         raise failure[0]
     if not server.started:
-        raise OSError(f"the server did not start on {args.host}:{args.port} (see the log above)")
+        raise OSError(f"the server did not start on {where} (see the log above)")
     return 0
 
 

@@ -15,10 +15,11 @@ import threading
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 import anyio.to_thread
 from fastapi import FastAPI
+from starlette.routing import Match
 
 from . import errors
 from .metrics import Metrics
@@ -95,8 +96,10 @@ def create_app(config: ServerConfig, loader: Optional[Callable] = None,
         try:
             backend = loader(config)
         except BaseException as e:  # reported by /health and the caller; the server itself stays up to say so
-            log.error("loading the model failed: %s", e, exc_info=not isinstance(e, (ValueError, OSError)))
             state.load_error = e
+            plain = isinstance(e, (ValueError, OSError))  # the message says it all; else the traceback helps
+            if on_load_error is None or not plain:  # a caller told of it reports it (the CLI: one error line)
+                log.error("loading the model failed: %s", e, exc_info=not plain)
             if on_load_error is not None:
                 on_load_error(e)
             return
@@ -120,7 +123,7 @@ def create_app(config: ServerConfig, loader: Optional[Callable] = None,
     app.include_router(ws_router)
     app.add_middleware(LimitBody, limit=config.max_upload_bytes)
     app.add_middleware(RequireKey, api_key=config.api_key)
-    app.add_middleware(CountRequests, metrics=state.metrics)
+    app.add_middleware(CountRequests, metrics=state.metrics, routes=router.routes)
     return app
 
 
@@ -132,10 +135,11 @@ async def _send_error(send, status: int, message: str, code: str, headers: Optio
 
 
 class CountRequests:
-    """Counts every answered request by route template and status (500 when the app raised)."""
+    """Counts every answered request by route template and status (500 when the app raised). `routes` (the
+    app's) name the route of a request a gate answered before routing (RequireKey's 401, LimitBody's 413)."""
 
-    def __init__(self, app, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
+    def __init__(self, app, metrics: Metrics, routes: Sequence = ()) -> None:
+        self.app, self.metrics, self.routes = app, metrics, routes
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -150,8 +154,15 @@ class CountRequests:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = getattr(scope.get("route"), "path", None) or "other"
-            self.metrics.requests.labels(route, str(status[0] or 500)).inc()
+            self.metrics.requests.labels(self._route_of(scope), str(status[0] or 500)).inc()
+
+    def _route_of(self, scope) -> str:
+        """The template of the route a request called ("other" for none): the one routing chose, else the one
+        that matches the request."""
+        route = scope.get("route")
+        if route is None:
+            route = next((r for r in self.routes if r.matches(scope)[0] == Match.FULL), None)
+        return getattr(route, "path", None) or "other"
 
 
 class RequireKey:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..audio.io import AudioEncoder, encode_audio, encode_samples, format_unavailable
 
-__all__ = ["FORMATS", "MEDIA_TYPES", "unavailable", "encode", "encoder"]
+__all__ = ["FORMATS", "MEDIA_TYPES", "unavailable", "usable", "encode", "encoder"]
 
 FORMATS = {"mp3": "mp3", "opus": "opus", "ogg": "ogg", "flac": "flac", "wav": "wav16", "pcm": None, "aac": None}
 MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "ogg": "audio/ogg", "flac": "audio/flac", "wav": "audio/wav",
@@ -29,14 +29,24 @@ MEDIA_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "ogg": "audio/ogg", "fl
 
 
 def unavailable(name: str) -> Optional[str]:
-    """Why `name` cannot be answered by this install (a sentence for the client), or None when it can."""
+    """Why `name` cannot be answered by this install (a sentence for the client, naming the formats that can),
+    or None when it can."""
     if name not in FORMATS:
-        return f"unknown response_format {name!r}; expected one of {', '.join(FORMATS)}"
+        return f"unknown response_format {name!r}; this server answers {', '.join(usable())}"
     if name == "aac":
-        usable = ", ".join(n for n in FORMATS if n != "aac" and not unavailable(n))
-        return f"response_format 'aac' cannot be encoded by this server (libsndfile has no AAC encoder); use {usable}"
-    why = format_unavailable(FORMATS[name]) if FORMATS[name] else None
+        return (f"response_format 'aac' cannot be encoded by this server (libsndfile has no AAC encoder); use "
+                f"{', '.join(usable())}")
+    why = _unencodable(name)
     return f"response_format {name!r} cannot be encoded by this server: {why}" if why else None
+
+
+def usable() -> list[str]:
+    """The response formats this install can answer, in FORMATS' order."""
+    return [n for n in FORMATS if n != "aac" and not _unencodable(n)]
+
+
+def _unencodable(name: str) -> Optional[str]:
+    return format_unavailable(FORMATS[name]) if FORMATS[name] else None
 
 
 def encode(audio: np.ndarray, sample_rate: int, name: str) -> bytes:

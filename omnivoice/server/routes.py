@@ -200,7 +200,8 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
                             f"{state.config.max_input_chars}", "input_too_long", "input")
     why = encoding.unavailable(body.response_format)
     if why:
-        raise APIError(400, why, "unsupported_response_format", "response_format")
+        code = "unsupported_response_format" if body.response_format in encoding.FORMATS else "invalid_value"
+        raise APIError(400, why, code, "response_format")
     backend = state.require_backend()
     t0 = time.perf_counter()
     try:

@@ -30,6 +30,20 @@ def test_401_without_the_key(server):
     assert httpx.get(f"{server.url}/health").status_code == 200  # health and metrics stay open
 
 
+def test_401_is_counted_under_the_route_called(server):
+    before = server.metric("omnivoice_requests_total", route="/v1/audio/voices/{name}", status="401")
+    assert httpx.get(f"{server.url}/v1/audio/voices/someone").status_code == 401
+    assert server.metric("omnivoice_requests_total", route="/v1/audio/voices/{name}", status="401") == before + 1
+
+
+def test_an_unknown_response_format_lists_only_what_is_answered(server):
+    with server.client() as c:
+        e = _error(c.post("/v1/audio/speech", json={"input": "x", "response_format": "xyz"}), 400)
+    assert e["param"] == "response_format" and e["code"] == "invalid_value"
+    assert "'xyz'" in e["message"] and "mp3, opus, ogg, flac, wav, pcm" in e["message"], e
+    assert "aac" not in e["message"], e
+
+
 def test_bad_json_is_400_in_openai_shape(server):
     with server.client() as c:
         for body in (b"{bad json", b"", b"[1, 2]", b'"text"'):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -43,10 +46,38 @@ def test_503_until_loaded_then_the_failure_is_reported(blocked_app):
         assert client.post("/v1/audio/speech", json={"input": "x"}).json()["error"]["code"] == "model_load_failed"
 
 
-def test_a_model_that_cannot_be_loaded_exits_2(tmp_path):
-    import subprocess
-    import sys
+def _server(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "omnivoice.server", *args], capture_output=True, text=True,
+                          timeout=120)
 
-    r = subprocess.run([sys.executable, "-m", "omnivoice.server", "--model", str(tmp_path / "missing.gguf"),
-                        "--port", "0", "--voices", str(tmp_path / "v")], capture_output=True, text=True, timeout=120)
+
+def test_a_model_that_cannot_be_loaded_exits_2(tmp_path):
+    r = _server("--model", str(tmp_path / "missing.gguf"), "--port", "0", "--voices", str(tmp_path / "v"))
     assert r.returncode == 2 and "missing.gguf" in r.stderr
+
+
+@pytest.mark.parametrize("make", ["missing", "not GGUF"])
+def test_a_bad_model_is_one_error_before_the_server_starts(tmp_path, make):
+    model = tmp_path / "model.gguf"
+    if make == "not GGUF":
+        model.write_bytes(b"junk" * 16)
+        (tmp_path / "omnivoice-tokenizer-F32.gguf").write_bytes(b"GGUF")
+    with socket.socket() as taken:  # the port is in use too: the model is checked first, so that is not reached
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        r = _server("--model", str(model), "--port", str(taken.getsockname()[1]), "--voices", str(tmp_path / "v"))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count(str(model)) == 1 and r.stderr.startswith("error: "), r.stderr
+    assert "Started server process" not in r.stderr and "address" not in r.stderr.lower()
+
+
+def test_a_port_in_use_is_one_error_naming_it(tiny_gguf, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = _server("--model", str(tiny_gguf["f32"]), "--codec", str(tiny_gguf["codec"]), "--port", str(port),
+                    "--voices", str(tmp_path / "v"))
+    assert r.returncode == 1, r.stderr  # not the input's fault, and not uvicorn's own status 3 ("out of memory")
+    lines = r.stderr.splitlines()
+    assert lines == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use (--host, --port)"], lines
