@@ -442,3 +442,24 @@ class GgufMutator:
 FORMATS: dict[str, Callable[[random.Random, bytes], Mutation]] = {
     "wav": mutate_wav, "srt": mutate_srt, "rvq": mutate_rvq, "safetensors": mutate_safetensors,
 }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One mutant of a file, as the fuzzer makes them: to reproduce or hand-check a case of tools/fuzz.py."""
+    import argparse
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("format", choices=sorted(FORMATS), help="the file's format (its mutator)")
+    ap.add_argument("input", type=Path, help="a valid file of that format")
+    ap.add_argument("-o", "--out", type=Path, required=True, help="where the mutant is written")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    mutant, what = FORMATS[args.format](random.Random(args.seed), args.input.read_bytes())
+    args.out.write_bytes(mutant)
+    print(f"{args.out}: {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

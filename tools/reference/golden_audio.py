@@ -40,6 +40,9 @@ import numpy as np
 
 warnings.filterwarnings("ignore", message="Couldn't find ffmpeg")
 
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):  # help without the reference's environment
+    print(__doc__)
+    sys.exit(0)
 import soundfile as sf  # noqa: E402
 import torch  # noqa: E402
 import torchaudio  # noqa: E402

@@ -46,6 +46,9 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 # reference's package is the one imported.
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) not in (REPO, os.path.dirname(__file__))]
 
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):  # help without the reference's environment
+    print(__doc__)
+    sys.exit(0)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 

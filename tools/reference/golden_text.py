@@ -32,6 +32,9 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):  # help without the reference's environment
+    print(__doc__)
+    sys.exit(0)
 CORPUS = runpy.run_path(os.path.join(ROOT, "tests", "text", "text_corpus.py"))
 vocab_digest = runpy.run_path(os.path.join(ROOT, "tests", "text", "qwen_files.py"))["vocab_digest"]
 

@@ -66,3 +66,17 @@ def synth_clip(seed: int = 0, duration: float = 2.4, sr: int = SAMPLE_RATE) -> n
     # a faint noise floor, well under the -50 dBFS silence threshold
     clip = clip / np.abs(clip).max() * 0.5 + 1e-4 * rng.standard_normal(total)
     return (np.round(clip * 32768.0) / 32768.0).astype(np.float32)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    import soundfile as sf
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-o", "--out", required=True, help="the clip as a 16-bit WAV (the bench's cloning reference)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--duration", type=float, default=2.4, help="seconds (default 2.4, tools/bench.py's)")
+    args = ap.parse_args()
+    sf.write(args.out, synth_clip(seed=args.seed, duration=args.duration), SAMPLE_RATE, subtype="PCM_16")
+    print(f"{args.out}: {args.duration:g} s, seed {args.seed}; transcript: {TRANSCRIPT!r}")
