@@ -7,6 +7,10 @@
 
 1. Time to first audio byte: a three-sentence text streamed (stream_format audio, pcm), from sending the
    request to the first byte of audio; --ttfb-repeats times, one after another.
+   Over the WebSocket (WS /v1/audio/speech/stream; not with --in-process): the same text sent as a chat model
+   sends it, a token (a word, or a mark) every 1/--tokens-per-s seconds (default 30), and the first audio
+   frame timed from the sending of the token that ends the first sentence (the server knows the sentence is
+   complete one token later, when the next one has begun: that wait is part of the figure); --ws-repeats times.
 2. For each client count C: C clients each send --requests whole requests (pcm) one after another (closed
    loop; the first round of one request each is a warm-up that is not counted when --warmup), all of one
    sentence, or with --vary of 2 to 18 words in turn. Reported: audio seconds produced per wall second,
@@ -27,6 +31,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import socket
 import statistics
 import subprocess
@@ -94,6 +99,50 @@ class Http:
                     first = time.perf_counter() - t0
                 n += len(chunk)
         return {"first_audio_s": first, "total_s": time.perf_counter() - t0, "audio_s": n / 2 / RATE}
+
+    async def ws_first_audio(self, body: dict, tokens_per_s: float) -> dict:
+        """THREE over the WebSocket at `tokens_per_s`: seconds from the token that ends the first sentence (and
+        from the first token) to the first audio frame, and to done."""
+        from websockets.asyncio.client import connect
+
+        tokens = re.findall(r"\s*\w+|\s*[^\w\s]", THREE)
+        assert "".join(tokens) == THREE
+        first_end = THREE.index(".") + 1  # THREE's first sentence ends at its first mark
+        end_token = next(i for i in range(len(tokens)) if len("".join(tokens[:i + 1])) >= first_end)
+        url = str(self.client.base_url).replace("http", "ws", 1) + "/v1/audio/speech/stream"
+        headers = {k: v for k, v in self.client.headers.items() if k.lower() == "authorization"}
+        start = {"type": "start", "response_format": "pcm", **{k: v for k, v in body.items() if k != "input"}}
+        async with connect(url, additional_headers=headers, max_size=None) as ws:
+            await ws.send(json.dumps(start))
+            t0 = time.perf_counter()
+            sent_end = None
+
+            async def send() -> None:
+                nonlocal sent_end
+                for i, token in enumerate(tokens):
+                    await asyncio.sleep(max(0.0, t0 + i / tokens_per_s - time.perf_counter()))
+                    await ws.send(json.dumps({"type": "text", "text": token}))
+                    if i == end_token:
+                        sent_end = time.perf_counter()
+                await ws.send(json.dumps({"type": "end"}))
+
+            sender = asyncio.create_task(send())
+            first, samples, segments = None, 0, 0
+            async for message in ws:
+                if isinstance(message, bytes):
+                    first = time.perf_counter() if first is None else first
+                    continue
+                event = json.loads(message)
+                if event["type"] == "error":
+                    raise RuntimeError(f"WebSocket error: {event}")
+                segments += event["type"] == "segment"
+                if event["type"] == "done":
+                    samples = event["samples"]
+                    break
+            await sender
+        return {"first_audio_after_sentence_end_s": first - sent_end, "first_audio_after_first_token_s": first - t0,
+                "total_s": time.perf_counter() - t0, "audio_s": samples / RATE, "segments": segments,
+                "tokens": len(tokens), "tokens_per_s": tokens_per_s}
 
     async def one_request(self, body: dict) -> tuple[float, float]:
         """(latency seconds, audio seconds) of one whole pcm request."""
@@ -205,19 +254,26 @@ async def measure(target, args) -> tuple[dict, list[dict], list[dict]]:
     health = await target.describe()
     await target.one_request({**body, "input": ONE, "seed": 1})  # warm: graphs built, caches filled
     ttfb = [await target.first_audio({**body, "input": THREE, "seed": 100 + i}) for i in range(args.ttfb_repeats)]
+    ws = []
+    try:  # a server without WebSocket support (uvicorn with neither websockets nor wsproto) still gets the rest
+        for i in range(args.ws_repeats if hasattr(target, "ws_first_audio") else 0):
+            ws.append(await target.ws_first_audio({**body, "seed": 200 + i}, args.tokens_per_s))
+    except Exception as e:
+        print(f"  WebSocket runs failed: {type(e).__name__}: {e}", file=sys.stderr)
+        ws = [{"error": f"{type(e).__name__}: {e}"}]
     rows = []
     for c in args.clients:
         rows.append(await concurrent(target, {**body, "input": ONE}, c, args.requests, args.warmup, args.vary))
         print(f"  {c} clients: {rows[-1]['audio_s_per_s']:.2f} audio s/s, p50 {rows[-1]['p50_s']:.2f} s",
               file=sys.stderr)
-    return health, ttfb, rows
+    return health, ttfb, ws, rows
 
 
 async def run(args) -> dict:
     if args.in_process:
         target = InProcess(args)
         try:
-            health, ttfb, rows = await measure(target, args)
+            health, ttfb, ws, rows = await measure(target, args)
         finally:
             target.close()
     else:
@@ -226,14 +282,23 @@ async def run(args) -> dict:
                               max_keepalive_connections=max(args.clients) + 4)
         async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=args.timeout,
                                      limits=limits) as client:
-            health, ttfb, rows = await measure(Http(client), args)
+            health, ttfb, ws, rows = await measure(Http(client), args)
     return {"host": {"cpu": cpu_model(), "cores": os.cpu_count(), "loadavg_before": args.loadavg,
                      "loadavg_after": os.getloadavg()},
             "server": health, "num_step": args.num_step, "voice": args.voice, "vary": args.vary,
             "first_audio": {"text": THREE, "runs": ttfb,
                             "median_s": statistics.median(r["first_audio_s"] for r in ttfb),
                             "min_s": min(r["first_audio_s"] for r in ttfb)},
+            "ws_first_audio": ws_summary(ws),
             "concurrency": rows}
+
+
+def ws_summary(runs: list[dict]) -> dict | None:
+    if not runs or "error" in runs[0]:
+        return {"error": runs[0]["error"]} if runs else None
+    return {"text": THREE, "runs": runs,
+            "median_s": statistics.median(r["first_audio_after_sentence_end_s"] for r in runs),
+            "min_s": min(r["first_audio_after_sentence_end_s"] for r in runs)}
 
 
 def markdown(result: dict) -> str:
@@ -244,9 +309,17 @@ def markdown(result: dict) -> str:
            "",
            f"Time to first audio byte, streamed three-sentence text: median {fa['median_s'] * 1000:.0f} ms, "
            f"min {fa['min_s'] * 1000:.0f} ms ({len(fa['runs'])} runs)",
-           "",
-           "| clients | requests | audio s / s | x one client | requests / s | p50 latency s | p95 latency s |",
-           "|---:|---:|---:|---:|---:|---:|---:|"]
+           ""]
+    wf = result["ws_first_audio"]
+    if wf and "error" in wf:
+        out += [f"WebSocket first audio: failed ({wf['error']})", ""]
+    elif wf:
+        out += [f"WebSocket, text at {wf['runs'][0]['tokens_per_s']:g} tokens/s: first audio after the first "
+                f"sentence's end: median {wf['median_s'] * 1000:.0f} ms, min {wf['min_s'] * 1000:.0f} ms "
+                f"({len(wf['runs'])} runs; after the first token: median "
+                f"{statistics.median(r['first_audio_after_first_token_s'] for r in wf['runs']) * 1000:.0f} ms)", ""]
+    out += ["| clients | requests | audio s / s | x one client | requests / s | p50 latency s | p95 latency s |",
+            "|---:|---:|---:|---:|---:|---:|---:|"]
     base = result["concurrency"][0]["audio_s_per_s"]
     for r in result["concurrency"]:
         out.append(f"| {r['clients']} | {r['requests']} | {r['audio_s_per_s']:.2f} | {r['audio_s_per_s'] / base:.2f} "
@@ -300,6 +373,9 @@ def main(argv=None) -> int:
     p.add_argument("--vary", action="store_true",
                    help="texts of 2 to 18 words in turn (default: every request the same sentence)")
     p.add_argument("--ttfb-repeats", type=int, default=5)
+    p.add_argument("--ws-repeats", type=int, default=5, help="WebSocket first-audio runs (default 5; 0: none)")
+    p.add_argument("--tokens-per-s", type=float, default=30.0,
+                   help="the WebSocket runs' text rate, tokens (words and marks) a second (default 30)")
     p.add_argument("--num-step", type=int, default=32, help="MaskGIT steps per request (default 32)")
     p.add_argument("--voice", default="alloy")
     p.add_argument("--timeout", type=float, default=600.0, help="per request, seconds")

@@ -13,9 +13,15 @@ def test_load_tool_reports_first_audio_and_concurrency(server, tmp_path):
     out = tmp_path / "load.json"
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "server_load.py"), "--url", server.url,
                         "--api-key", API_KEY, "--clients", "1,2", "--requests", "1", "--ttfb-repeats", "1",
-                        "--num-step", "1", "--json", str(out)], capture_output=True, text=True, timeout=600)
+                        "--num-step", "1", "--ws-repeats", "1", "--tokens-per-s", "100", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
+    (ws,) = result["ws_first_audio"]["runs"]
+    assert ws["segments"] == 3 and ws["tokens"] == 30 and ws["audio_s"] > 0
+    # the first audio comes after the first sentence's end (a sentence is spoken once complete), before done
+    assert 0 < ws["first_audio_after_sentence_end_s"] < ws["first_audio_after_first_token_s"] <= ws["total_s"]
+    assert "WebSocket, text at 100 tokens/s" in r.stdout
     runs = result["first_audio"]["runs"]
     assert 0 < runs[0]["first_audio_s"] <= runs[0]["total_s"] and runs[0]["audio_s"] > 0
     assert [row["clients"] for row in result["concurrency"]] == [1, 2]

@@ -22,8 +22,9 @@
 #   steps   tools/lm_step_time.py: synced steps, QUEUED (64) steps back to back, 32-step chunks stepped on the host
 #           and on the device, at SHAPES (auto5,clone5,90:0:500)
 #   batch   tools/batch_bench.py: BATCH_SIZES (64) five-second requests of MIX (mixed) batched against one by one
-#   server  tools/server_load.py: the first audio byte (TTFB_REPEATS, 10 runs), CLIENTS (1,8,32) clients of
-#           REQUESTS (4) requests; LOAD_ARGS adds its flags (e.g. --vary)
+#   server  tools/server_load.py: the first audio byte (TTFB_REPEATS, 10 runs), the first audio after the first
+#           sentence's end over the WebSocket with text at 30 tokens/s (WS_REPEATS, 10 runs), CLIENTS (1,8,32)
+#           clients of REQUESTS (4) requests; LOAD_ARGS adds its flags (e.g. --vary)
 #   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the LM step (F16, BF16 default shaders; F32 float32
 #           shaders) and the F32 parity with either shaders
 #   ray     on two GPUs (nvidia-h200-x2; carry .whl-ray from RAY=1 prepare_carry.sh): python -m omnivoice.batch
@@ -163,7 +164,8 @@ if part server && fits 100 "server"; then
   stamp "server_load ${LOAD_ARGS:-}"
   # shellcheck disable=SC2086  # LOAD_ARGS: several arguments
   timeout $(( $(left) - 10 )) python3 tools/server_load.py --backend "$BACKEND" --model "$MODEL" --codec "$CODEC" \
-    --clients "${CLIENTS:-1,8,32}" --requests "${REQUESTS:-4}" --ttfb-repeats "${TTFB_REPEATS:-10}" ${LOAD_ARGS:-} \
+    --clients "${CLIENTS:-1,8,32}" --requests "${REQUESTS:-4}" --ttfb-repeats "${TTFB_REPEATS:-10}" \
+    --ws-repeats "${WS_REPEATS:-10}" ${LOAD_ARGS:-} \
     --json "$R/server_load.json" --server-log "$R/server.log" 2>&1 | tee "$R/server_load.md"
 fi
 

