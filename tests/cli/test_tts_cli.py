@@ -1,12 +1,16 @@
-"""`python -m omnivoice.tts` run for real in a subprocess on the tiny checkpoint: outputs, streaming, SRT
-dubbing, debug dumps, and one clear message (with the bad-input exit status, no partial file) per bad input."""
+"""`python -m omnivoice.tts` on the tiny checkpoint: outputs, streaming, SRT dubbing, debug dumps, and one clear
+message (with the bad-input exit status, no partial file) per bad input. The command's `main(argv)` runs in this
+process; streaming to stdout and the process's own exit status run it in a subprocess."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -23,7 +27,32 @@ def model(tiny_gguf):
     return ["--model", str(tiny_gguf["f32"]), "--codec", str(tiny_gguf["codec"])]
 
 
-def tts(*args, stdin: bytes | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+class Run(NamedTuple):
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+def tts(*args, stdin: bytes | None = None) -> Run:
+    """`python -m omnivoice.tts ARGS` in this process (omnivoice.tts.main, what the command runs) from the
+    repository root: its exit status and what it printed."""
+    from omnivoice.tts import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_stdin, old_cwd = sys.stdin, os.getcwd()
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin or b""), encoding="utf-8")
+    os.chdir(ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main([str(a) for a in args])
+    finally:
+        sys.stdin = old_stdin
+        os.chdir(old_cwd)
+    return Run(rc, out.getvalue().encode(), err.getvalue().encode())
+
+
+def tts_process(*args, stdin: bytes | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """The command in a subprocess: for audio streamed to stdout and the process's exit status."""
     return subprocess.run([sys.executable, "-m", "omnivoice.tts", *map(str, args)], input=stdin, cwd=ROOT,
                           capture_output=True, timeout=timeout)
 
@@ -57,7 +86,7 @@ def test_maskgit_test_writes_tokens_only(model, tmp_path):
 
 
 def test_stream_to_stdout(model):
-    r = tts(*model, *FAST, "-o", "-", stdin=b"First sentence here. Second one follows!")
+    r = tts_process(*model, *FAST, "-o", "-", stdin=b"First sentence here. Second one follows!")
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout[:4] == b"RIFF" and r.stdout[8:12] == b"WAVE"
     audio, rate = sf.read(io.BytesIO(r.stdout), dtype="float32")
@@ -65,7 +94,7 @@ def test_stream_to_stdout(model):
 
 
 def test_stream_by_line_writes_one_wav_per_line(model):
-    r = tts(*model, *FAST, "-o", "-", "--stream-by-line", stdin=b"One line.\nAnother line.\n")
+    r = tts_process(*model, *FAST, "-o", "-", "--stream-by-line", stdin=b"One line.\nAnother line.\n")
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout.count(b"RIFF") == 2
 
@@ -130,7 +159,7 @@ def test_clone_from_wav_then_reuse_saved_voice(model, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- bad input
-def bad(r: subprocess.CompletedProcess, *words: str) -> str:
+def bad(r: Run | subprocess.CompletedProcess, *words: str) -> str:
     err = r.stderr.decode()
     assert r.returncode == 2, err
     for w in words:
@@ -139,8 +168,8 @@ def bad(r: subprocess.CompletedProcess, *words: str) -> str:
     return err
 
 
-def test_empty_text(model, tmp_path):
-    bad(tts(*model, *FAST, "-o", tmp_path / "x.wav", stdin=b"  \n\t "), "empty")
+def test_empty_text(model, tmp_path):  # the process's exit status, once
+    bad(tts_process(*model, *FAST, "-o", tmp_path / "x.wav", stdin=b"  \n\t "), "empty")
     assert not (tmp_path / "x.wav").exists()
 
 
@@ -278,7 +307,7 @@ def test_help_documents_formats_threads_duration_and_exit_status(capsys):
 
 
 def test_list_devices():
-    r = subprocess.run([sys.executable, "-m", "omnivoice.tts", "--list-devices"], cwd=ROOT, capture_output=True)
+    r = tts("--list-devices")
     assert r.returncode == 0 and r.stdout.decode().startswith("cpu:0")
 
 
@@ -293,7 +322,7 @@ def test_llm_test_dumps_logits_matching_a_synthesis_dump(model, tmp_path):
 
 
 def test_stream_with_empty_stdin_is_bad_input(model):
-    r = tts(*model, *FAST, "-o", "-", stdin=b"\n  \n")
+    r = tts_process(*model, *FAST, "-o", "-", stdin=b"\n  \n")
     bad(r, "empty")
     assert r.stdout == b""
 
