@@ -44,6 +44,9 @@ __all__ = ["Engine", "EngineFull", "Job", "stream_sentences"]
 _END = object()
 
 
+RATE_WINDOW = 32  # finished requests that the measured rate of EngineFull.retry_after spans
+
+
 class EngineFull(RuntimeError):
     """The engine's queue is full; try again after `retry_after` seconds."""
 
@@ -128,7 +131,8 @@ class Engine:
         self._inbox: deque[Job] = deque()
         self._jobs: dict[int, Job] = {}
         self._closed = False
-        self._seconds_per_request = 1.0  # running mean of the service time, for EngineFull.retry_after
+        # the engine's busy seconds (time in its steps) when each of the last RATE_WINDOW requests finished
+        self._busy, self._finishes = 0.0, deque(maxlen=RATE_WINDOW)
         self._thread = threading.Thread(target=self._run, name="omnivoice-engine", daemon=True)
         self._thread.start()
 
@@ -150,11 +154,21 @@ class Engine:
                 raise RuntimeError("the engine is closed")
             waiting = len(self._inbox) + len(self._core.pending)
             if waiting >= self.max_queue:
-                batches = waiting / max(1, self._core.limits.max_requests) + 1
-                raise EngineFull(batches * self._seconds_per_request, waiting)
+                raise EngineFull(self._retry_after(waiting), waiting)
             self._inbox.append(job)
             self._cv.notify()
         return job
+
+    def _retry_after(self, waiting: int) -> float:
+        """Seconds until a full queue has room: one request more must finish and let a waiting one start, at the
+        rate the last RATE_WINDOW requests finished (per second of the engine's busy time, so that an idle spell
+        does not count); 1 s before two have finished. (The mean time of a request, its wait in the queue included,
+        times the batches waiting said 488 s to a client while the whole backlog of 64 finished in 61 s.)"""
+        done = self._finishes
+        if len(done) < 2 or done[-1] <= done[0]:
+            return 1.0
+        rate = (len(done) - 1) / (done[-1] - done[0])
+        return max(1.0, (waiting - self.max_queue + 1) / rate)
 
     @property
     def queue_depth(self) -> int:
@@ -204,7 +218,10 @@ class Engine:
                     # An idle engine starts at once with what has arrived (waiting max_wait for company would
                     # add it to every lone request's first audio); later arrivals join as _should_admit says.
                     self._take_inbox()
-                self._deliver(core.step(admit=self._should_admit()))
+                t0 = time.perf_counter()
+                finished = core.step(admit=self._should_admit())
+                self._busy += time.perf_counter() - t0
+                self._deliver(finished)
         except BaseException as e:  # an engine failure fails every request rather than hanging its clients
             log.exception("engine thread failed")
             with self._cv:
@@ -243,5 +260,5 @@ class Engine:
             if job is None or job.done:
                 continue
             if t.result is not None:
-                self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * t.result.timings["total"]
+                self._finishes.append(self._busy)
             job._finish()

@@ -123,3 +123,24 @@ def test_a_warmed_up_service_gives_the_solo_result(ov):
     finally:
         engine.close()
     assert_same_result(got, solo(ov, req), "after warm-up")
+
+
+def test_retry_after_is_the_time_until_the_queue_has_room_at_the_measured_rate(ov):
+    """A full queue's Retry-After comes from the rate requests finished: one request (max_batch 1) must finish
+    for a slot to open, so about one service time, at least 1 s. The mean time of a request with its queue wait,
+    times the batches waiting, said 488 s where the backlog of 64 drained in 61 s."""
+    with ov.engine(max_batch=1, max_wait_ms=0, max_queue=8) as engine:
+        t0 = time.perf_counter()
+        backlog = [engine.submit({"text": f"Backlog request {i}.", "num_step": 2, "seed": i}) for i in range(6)]
+        for j in backlog:
+            j.result(timeout=300)
+        per_request = (time.perf_counter() - t0) / len(backlog)
+        running = engine.submit({"text": "A long request. " * 20, "num_step": 200, "seed": 0})
+        while engine.active == 0:
+            time.sleep(0.01)
+        queued = [engine.submit({"text": f"Queued {i}.", "num_step": 2, "seed": i}) for i in range(8)]
+        with pytest.raises(EngineFull) as full:
+            engine.submit({"text": "One too many.", "num_step": 2})
+        for j in [running, *queued]:
+            j.cancel()
+    assert 1.0 <= full.value.retry_after <= max(1.0, 3 * per_request), (full.value.retry_after, per_request)
