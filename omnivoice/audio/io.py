@@ -54,6 +54,7 @@ __all__ = [
     "format_unavailable",
     "AudioEncoder",
     "load_audio",
+    "check_samples",
     "encode_samples",
     "wav_header",
     "max_wav_samples",
@@ -123,6 +124,10 @@ def load_audio(source: PathOrFile, max_seconds: float | None = None) -> tuple[np
         raise AudioFileError(f"{name}: cannot be read: {exc.strerror or exc}") from exc
     if data.shape[0] == 0:
         raise AudioFileError(f"{name}: contains no audio samples")
+    try:
+        check_samples(data, name)
+    except ValueError as e:
+        raise AudioFileError(str(e)) from None
     channels_first = data.T
     if channels_first.shape[0] > 1:
         mono = np.mean(channels_first, axis=0)
@@ -148,6 +153,25 @@ def check_rate(sample_rate: int, name: str = "sample_rate") -> int:
     if not whole or not 0 < sample_rate < 2**28:
         raise ValueError(f"{name} must be a positive integer number of Hz, got {sample_rate!r}")
     return int(sample_rate)
+
+
+# Float audio lies in [-1, 1]; a float file may go past it (a mix that clips), but not 60 dB past: a peak of 1e30
+# is no recording, and its RMS overflows float32 (a voice saved with an infinite ref_rms: a 500 on the server).
+MAX_PEAK = 1000.0
+
+
+def check_samples(samples: np.ndarray, name: str) -> None:
+    """Refuse audio with NaN or infinite samples or a peak past MAX_PEAK (ValueError naming `name`)."""
+    a = np.asarray(samples)
+    if a.size == 0:
+        return
+    finite = np.isfinite(a)
+    if not finite.all():
+        raise ValueError(f"{name}: {int(a.size - finite.sum())} of its {a.size} samples are NaN or infinite")
+    peak = float(np.abs(a).max())
+    if peak > MAX_PEAK:
+        raise ValueError(f"{name}: its peak sample is {peak:.3g}; audio samples lie in [-1, 1] (at most {MAX_PEAK:g} "
+                         "is taken)")
 
 
 def as_mono(audio: np.ndarray, name: str = "audio") -> np.ndarray:

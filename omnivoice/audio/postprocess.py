@@ -30,7 +30,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from .io import as_mono, check_rate
+from .io import as_mono, check_rate, check_samples
 from .resample import resample
 
 __all__ = [
@@ -548,8 +548,7 @@ def preprocess_reference(
     if a.shape[-1] / rate > MAX_REFERENCE_SECONDS:  # before resampling: a header saying 8 Hz makes hours of it
         raise ValueError(f"reference audio is {a.shape[-1] / rate:.1f} s long ({a.shape[-1]} samples at {rate} Hz); "
                          f"a voice prompt takes at most {MAX_REFERENCE_SECONDS:g} s (3-10 s recommended)")
-    if not np.all(np.isfinite(a)):
-        raise ValueError("reference audio contains NaN or infinite samples")
+    check_samples(a, "reference audio")
     if rate != target_rate:
         a = resample(a, rate, target_rate)
     ref_rms = audio_rms(a)

@@ -188,3 +188,25 @@ def test_long_rvq_files_are_refused_by_both_clis(model, tiny_gguf, tmp_path, cap
     rc = main(["--model", str(tiny_gguf["codec"]), "-i", str(path), "-o", str(tmp_path / "o.wav")])
     assert rc == 2 and "too large" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.rvq"]
+
+
+# ------------------------------------------------------------------------------------------ absurd samples
+
+@pytest.mark.parametrize("value", [1e30, np.inf, np.nan])
+def test_audio_with_absurd_samples_is_refused_naming_the_input_on_every_path(model, tmp_path, ov, value):
+    """A float WAV of 1e30: the codec CLI exited 2 blaming its output (an infinite ref_rms), tts --ref-wav took
+    it, the server answered 500 (tests/server/test_hostile.py). One check (audio.io.check_samples), one message
+    naming the input."""
+    wav = tmp_path / "huge.wav"
+    samples = np.full(24000, 0.1, np.float32)
+    samples[100] = value
+    sf.write(wav, samples, 24000, subtype="FLOAT")
+    out = tmp_path / "out.rvq"
+    words = "huge.wav: its peak sample is 1e+30" if value == 1e30 else "huge.wav: 1 of its 24000 samples are NaN"
+    err = refused(cli("codec", "--model", model[3], "-i", wav, "-o", out, "--backend", "cpu"), words)
+    assert "out.rvq" not in err
+    refused(cli("tts", "Hallo.", *model, *FAST, "--ref-wav", wav, "--ref-text", "Hello.", "-o", tmp_path / "o.wav"),
+            words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.wav"]
+    with pytest.raises(ValueError, match="ref_audio: reference audio: "):  # samples given as an array
+        ov.create_voice((samples, 24000), "Hello.")
