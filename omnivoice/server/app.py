@@ -47,6 +47,7 @@ class ServerConfig:
     max_queue: int = 64
     max_upload_bytes: int = 20 * 2**20
     max_input_chars: int = 4096
+    max_duration: float = 600.0  # seconds of audio one request may ask for (its `duration`)
     max_reference_seconds: float = 60.0
     ws_idle_timeout: float = 60.0
     model_id: str = "omnivoice"
@@ -166,7 +167,8 @@ class CountRequests:
 
 
 class RequireKey:
-    """With an API key set, /v1/ answers 401 unless the request carries `Authorization: Bearer KEY`."""
+    """With an API key set, /v1/ answers 401 unless the request carries `Authorization: Bearer KEY`, and 400 to a
+    request with more than one Authorization header."""
 
     def __init__(self, app, api_key: Optional[str]) -> None:
         self.app = app
@@ -174,7 +176,11 @@ class RequireKey:
 
     async def __call__(self, scope, receive, send) -> None:
         if self.expected is not None and scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            given = dict(scope["headers"]).get(b"authorization", b"")
+            keys = [v for k, v in scope["headers"] if k == b"authorization"]
+            if len(keys) > 1:  # which one counts differs between servers and proxies: neither does
+                return await _send_error(send, 400, f"{len(keys)} Authorization headers; send one",
+                                         "invalid_request")
+            given = keys[0] if keys else b""
             if not hmac.compare_digest(given, self.expected):
                 what = "no API key given" if not given else "invalid API key"
                 return await _send_error(send, 401, f"{what}: send 'Authorization: Bearer KEY'", "invalid_api_key",

@@ -49,6 +49,17 @@ class APIError(Exception):
                             headers=self.headers)
 
 
+def parse_json(data, what: str):
+    """`data` (bytes or str) parsed as JSON, else a 400 naming `what` ("the request body"). Nesting deeper than
+    the interpreter's recursion limit is one of them: json's decoder raises RecursionError there (a 500 before)."""
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise APIError(400, f"{what} is not valid JSON ({e})", "invalid_json") from None
+    except RecursionError:
+        raise APIError(400, f"{what} is JSON nested too deeply", "invalid_json") from None
+
+
 def error_body(message: str, type: str, code: Optional[str] = None, param: Optional[str] = None) -> dict:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 

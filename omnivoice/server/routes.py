@@ -42,7 +42,7 @@ from ..audio.io import AudioFileError, load_audio
 from ..pipeline import Cancelled
 from . import encoding
 from .engine_adapter import EngineFull
-from .errors import APIError
+from .errors import APIError, parse_json
 from .metrics import CONTENT_TYPE_LATEST
 from .schema import SpeechRequest, synthesis_request
 from .voices import BUILTIN_VOICES, VoiceExists, VoiceNameError, VoiceNotFound, check_name, resolve_voice
@@ -165,10 +165,8 @@ class _voice_errors:
 @router.post("/v1/audio/speech")
 async def speech(request: Request):
     state = _state(request)
-    try:  # read here rather than by FastAPI, so any content type is taken as JSON, as OpenAI's API does
-        obj = json.loads(await request.body())
-    except ValueError as e:
-        raise APIError(400, f"the request body is not valid JSON ({e})", "invalid_json") from None
+    # read here rather than by FastAPI, so any content type is taken as JSON, as OpenAI's API does
+    obj = parse_json(await request.body(), "the request body")
     if not isinstance(obj, dict):
         raise APIError(400, f"the request body must be a JSON object, not {type(obj).__name__}", "invalid_json")
     body = _validated(obj)
@@ -198,6 +196,10 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
     if len(body.input) > state.config.max_input_chars:
         raise APIError(400, f"input is {len(body.input)} characters; this server takes at most "
                             f"{state.config.max_input_chars}", "input_too_long", "input")
+    if body.duration is not None and body.duration > state.config.max_duration:
+        raise APIError(400, f"duration is {body.duration:g} s; this server makes at most "
+                            f"{state.config.max_duration:g} s of audio a request (--max-duration)", "duration_too_long",
+                       "duration")
     why = encoding.unavailable(body.response_format)
     if why:
         code = "unsupported_response_format" if body.response_format in encoding.FORMATS else "invalid_value"
@@ -223,8 +225,11 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
 
 
 async def _whole(request: Request, job, fmt: str, sample_rate: int, t0: float) -> Response:
+    done = asyncio.wrap_future(job.future)
     async with _cancel_on_disconnect(request, job) as client:
-        await asyncio.wait({asyncio.wrap_future(job.future)})
+        await asyncio.wait({done})
+    if not done.cancelled():
+        done.exception()  # retrieved: else asyncio logs "Future exception was never retrieved" for a client gone
     if client.gone:
         return Response(status_code=CLIENT_GONE)
     if job.future.cancelled() or isinstance(job.future.exception(), Cancelled):

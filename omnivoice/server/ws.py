@@ -35,7 +35,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from ..audio.io import encode_samples, wav_header
 from ..pipeline import Cancelled
 from .engine_adapter import EngineFull
-from .errors import APIError, validation_error
+from .errors import APIError, parse_json, validation_error
 from .schema import SpeechRequest, synthesis_request
 from .textstream import TextStream
 from .voices import VoiceNameError, VoiceNotFound, resolve_voice
@@ -117,10 +117,7 @@ class _Connection:
     async def _handle(self, message: dict) -> None:
         if message.get("text") is None:
             raise APIError(400, "binary frames are not accepted: send JSON text frames", "invalid_message")
-        try:
-            obj = json.loads(message["text"])
-        except ValueError as e:
-            raise APIError(400, f"the message is not valid JSON ({e})", "invalid_json") from None
+        obj = parse_json(message["text"], "the message")
         kind = obj.get("type") if isinstance(obj, dict) else None
         if kind not in ("start", "text", "flush", "end"):
             raise APIError(400, f"unknown message type {kind!r}: expected a JSON object whose type is start, text, "
