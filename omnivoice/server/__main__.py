@@ -44,8 +44,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-upload-mb", type=float, default=20.0, help="request body limit in MiB (default 20)")
     g.add_argument("--max-input-chars", type=int, default=4096,
                    help="longest input text; on the WebSocket, the most text pending per connection (default 4096)")
+    g.add_argument("--max-duration", type=float, default=600.0,
+                   help="the longest audio one request may ask for with `duration`, in seconds (default 600, the "
+                        "request schema's bound; the engine runs a request's chunk as one graph, so on a CPU a "
+                        "long one holds the others back: 60 suits a CPU server)")
     g.add_argument("--ws-idle-timeout", type=float, default=60.0,
                    help="seconds a WebSocket may stay without a message while nothing is spoken (default 60)")
+    g.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a connection has to send a whole request head, from its start or its previous "
+                        "response (default 10)")
+    g.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a request body may go without a byte before its connection is closed (default 30)")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
 
@@ -94,7 +103,9 @@ def config_from_args(args):
 
     check_engine_arguments(args)
     for name, value in (("--max-input-chars", args.max_input_chars), ("--port", args.port + 1),
-                        ("--max-upload-mb", args.max_upload_mb), ("--ws-idle-timeout", args.ws_idle_timeout)):
+                        ("--max-upload-mb", args.max_upload_mb), ("--ws-idle-timeout", args.ws_idle_timeout),
+                        ("--max-duration", args.max_duration), ("--header-timeout", args.header_timeout),
+                        ("--body-timeout", args.body_timeout)):
         if not value > 0:
             raise ValueError(f"{name} must be positive, got {value}")
     return ServerConfig(model=args.model, codec=args.codec, backend=args.backend, quant=args.quant,
@@ -102,7 +113,7 @@ def config_from_args(args):
                         api_key=args.api_key, max_batch=args.max_batch,
                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                         max_upload_bytes=int(args.max_upload_mb * 2**20), max_input_chars=args.max_input_chars,
-                        ws_idle_timeout=args.ws_idle_timeout)
+                        ws_idle_timeout=args.ws_idle_timeout, max_duration=args.max_duration)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -125,6 +136,7 @@ def serve(args) -> int:
         import uvicorn
 
         from .app import create_app
+        from .connections import guarded, max_connections, raise_open_file_limit
     except ImportError as e:
         raise ValueError(f"the server needs its extra: pip install 'omnivoice-ggml[server]' ({e})") from None
     from ..resolve import check_model
@@ -147,8 +159,10 @@ def _serve_on(sock: socket.socket, args, config, uvicorn, create_app) -> int:
         server.should_exit = True
 
     app = create_app(config, on_load_error=load_failed)
+    # idle sockets must not take the file descriptors: connections.py's guards
+    http = guarded(args.header_timeout, args.body_timeout, max_connections(raise_open_file_limit()))
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                           timeout_graceful_shutdown=10))
+                                           timeout_graceful_shutdown=10, http=http))
     host, port = sock.getsockname()[:2]
     where = f"{f'[{host}]' if ':' in host else host}:{port}"
     log.info("listening on http://%s (Ctrl-C to quit)", where)

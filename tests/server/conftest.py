@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -63,7 +64,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(tiny_gguf, folder: Path, *args: str, api_key: str | None = None, wait: bool = True) -> Server:
+def start_server(tiny_gguf, folder: Path, *args: str, api_key: str | None = None, wait: bool = True,
+                 open_files: int | None = None) -> Server:
+    """`open_files`: the server's open-file limit (soft and hard), as `ulimit -n` sets it."""
     voices = folder / "voices"
     log = folder / "server.log"
     port = free_port()
@@ -72,7 +75,9 @@ def start_server(tiny_gguf, folder: Path, *args: str, api_key: str | None = None
            "--port", str(port), "--voices", str(voices), "--threads", "1", "--log-level", "info", *args]
     env = dict(os.environ, OMNIVOICE_API_KEY=api_key or "")
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                preexec_fn=None if open_files is None else lambda: resource.setrlimit(
+                                    resource.RLIMIT_NOFILE, (open_files, open_files)))
     server = Server(f"http://127.0.0.1:{port}", voices, proc, log, api_key)
     if wait:
         wait_ready(server)
