@@ -136,7 +136,6 @@ def serve(args) -> int:
         import uvicorn
 
         from .app import create_app
-        from .connections import guarded, max_connections, raise_open_file_limit
     except ImportError as e:
         raise ValueError(f"the server needs its extra: pip install 'omnivoice-ggml[server]' ({e})") from None
     from ..resolve import check_model
@@ -159,6 +158,8 @@ def _serve_on(sock: socket.socket, args, config, uvicorn, create_app) -> int:
         server.should_exit = True
 
     app = create_app(config, on_load_error=load_failed)
+    from .connections import guarded, max_connections, raise_open_file_limit
+
     # idle sockets must not take the file descriptors: connections.py's guards
     http = guarded(args.header_timeout, args.body_timeout, max_connections(raise_open_file_limit()))
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
