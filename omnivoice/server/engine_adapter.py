@@ -35,6 +35,10 @@ class SpeechBackend:
         """Queue a request; ValueError for a bad one at once, EngineFull (retry_after) when the queue is full."""
         return self.engine.submit(request, stream)
 
+    async def start(self, request: SynthesisRequest, stream: bool = False) -> Job:
+        """`submit`, as the routes call it (a backend whose engine is remote awaits its acceptance)."""
+        return self.submit(request, stream)
+
     def create_voice(self, samples: np.ndarray, sample_rate: int, transcript: str) -> VoicePrompt:
         """Encode a reference clip and its transcript into a voice prompt (blocking; OmniVoice's lock puts it
         between two engine steps)."""

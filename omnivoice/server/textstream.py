@@ -1,7 +1,7 @@
 """Text that arrives in pieces -> speech, sentence by sentence, through the batched engine: the one path of both
 streaming doors (the WebSocket route, ws.py, and the Wyoming server, omnivoice.wyoming).
 
-    stream = TextStream(backend.submit, SynthesisRequest("", voice=..., seed=7))   # its text is not used
+    stream = TextStream(backend.start, SynthesisRequest("", voice=..., seed=7))   # its text is not used
     stream.feed("Hello th"); stream.feed("ere. How are"); stream.end()
     async for segment in stream:          # Segment(text, audio): float32 24 kHz, one per sentence, in order
         ...
@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import AsyncIterator, Callable, Optional
+from typing import AsyncIterator, Awaitable, Callable, Optional
 
 import numpy as np
 
@@ -46,19 +46,20 @@ class Segment:
 class TextStream:
     """One utterance of text that arrives in pieces; async-iterate it for its Segments (see the module docstring).
 
-    `submit(request)` queues one sentence (SpeechBackend.submit or Engine.submit): its ValueError (a bad request)
-    or EngineFull comes out of `feed`/`flush`/`end` or of the iteration, whichever submitted the sentence; a
-    sentence's failure comes out of the iteration. Not thread-safe: one event loop drives it."""
+    `start(request)` (SpeechBackend.start: a coroutine) puts one sentence into the engine and returns its Job
+    (`future`, `cancel()`); sentences are submitted by the iteration, so its refusal (ValueError for a bad
+    request, EngineFull) and a sentence's failure come out of the iteration. Not thread-safe: one event loop
+    drives it."""
 
-    def __init__(self, submit: Callable[[SynthesisRequest], Job], request: SynthesisRequest) -> None:
-        self._submit = submit
+    def __init__(self, start: Callable[[SynthesisRequest], Awaitable[Job]], request: SynthesisRequest) -> None:
+        self._start = start
         self._request = replace(request, chunk_duration=0.0)  # a sentence is never chunked (as in the engine)
         # the voice of the sentences after the first: the request's, else the first sentence's once it is spoken
         self._voice: Optional[VoicePrompt] = request.voice
         self._own_voice = request.voice is None and request.ref_audio is None
         self._feed = StreamFeed()
-        self._waiting: deque[str] = deque()      # sentences not yet submitted
-        self._jobs: deque[tuple[str, Job]] = deque()
+        self._waiting: deque[str] = deque()  # sentences not yet submitted
+        self._jobs: deque[tuple[str, Job, asyncio.Future]] = deque()  # in the engine, oldest first
         self._submitted = 0
         self._ended = False
         self._cancelled = False
@@ -79,6 +80,11 @@ class TextStream:
         """Whether sentences are waiting for the engine or in it (audio still to come without more text)."""
         return bool(self._waiting or self._jobs)
 
+    @property
+    def jobs(self) -> list[Job]:
+        """The engine jobs in flight, oldest first."""
+        return [job for _, job, _ in self._jobs]
+
     def feed(self, text: str) -> None:
         """Add a piece of text (any split, even mid-word); the sentences it completes are queued."""
         self._queue(self._feed.feed(text))
@@ -96,55 +102,56 @@ class TextStream:
         """Stop: queued sentences are dropped, the ones in the engine cancelled, the iteration ends."""
         self._ended = self._cancelled = True
         self._waiting.clear()
-        for _, job in self._jobs:
+        for _, job, done in self._jobs:
             job.cancel()
+            done.add_done_callback(_ignore_outcome)  # its Cancelled is expected: nobody waits for it
         self._jobs.clear()
         self._wake.set()
 
-    @property
-    def jobs(self) -> list[Job]:
-        """The engine jobs in flight, oldest first."""
-        return [job for _, job in self._jobs]
-
     def _queue(self, sentences: list[str]) -> None:
         self._waiting.extend(sentences)
-        self._pump()
-
-    def _pump(self) -> None:
-        """Submit waiting sentences while the lookahead allows and their voice is known."""
         self._wake.set()
-        while self._waiting and len(self._jobs) < LOOKAHEAD:
+
+    async def _submit_waiting(self) -> None:
+        """Submit waiting sentences while the lookahead allows and their voice is known."""
+        while self._waiting and len(self._jobs) < LOOKAHEAD and not self._cancelled:
             if self._own_voice and self._submitted and self._voice is None:
                 return  # the first sentence's tokens are not back yet
             text = self._waiting[0]
             voice = self._voice if self._own_voice else self._request.voice
-            job = self._submit(replace(self._request, text=text, voice=voice))
+            job = await self._start(replace(self._request, text=text, voice=voice))
+            if self._cancelled:  # while the engine took it
+                job.cancel()
+                return
             self._waiting.popleft()
-            self._jobs.append((text, job))
+            self._jobs.append((text, job, asyncio.wrap_future(job.future)))
             self._submitted += 1
 
     def __aiter__(self) -> AsyncIterator[Segment]:
         return self._segments()
 
     async def _segments(self) -> AsyncIterator[Segment]:
-        while True:
+        while not self._cancelled:
+            self._wake.clear()
+            await self._submit_waiting()
             if self._jobs:
-                text, job = self._jobs[0]
-                try:
-                    result = await asyncio.wrap_future(job.future)
-                except Exception:
-                    if self._cancelled:
-                        return
-                    raise
-                if self._cancelled:
-                    return
+                text, job, done = self._jobs[0]
+                if not done.done():  # wait for it, or for more text to submit meanwhile
+                    woken = asyncio.ensure_future(self._wake.wait())
+                    await asyncio.wait({done, woken}, return_when=asyncio.FIRST_COMPLETED)
+                    woken.cancel()
+                    continue
                 self._jobs.popleft()
+                result = done.result()  # the sentence's failure, if any, is raised here
                 if self._own_voice and self._voice is None:
                     self._voice = VoicePrompt(result.tokens[0], text, None)
-                self._pump()
                 yield Segment(text, result.audio)
             elif self._ended and not self._waiting:
                 return
             else:
-                self._wake.clear()
                 await self._wake.wait()
+
+
+def _ignore_outcome(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -148,11 +148,11 @@ class _Connection:
                                     f"not yet spoken); this server holds at most {limit} per connection: send "
                                     "flush or end, or send text no faster than it is spoken",
                                "pending_text_too_long", "text")
-            self._submitting(self.stream.feed, text)
+            self.stream.feed(text)
         elif kind == "flush":
-            self._submitting(self.stream.flush)
+            self.stream.flush()
         else:
-            self._submitting(self.stream.end)
+            self.stream.end()
 
     async def _start(self, obj: dict) -> None:
         if self.expected is not None and not self.authorized:
@@ -182,7 +182,7 @@ class _Connection:
             request.validate()
         except ValueError as e:
             raise APIError(400, str(e), "invalid_value") from None
-        self.stream = TextStream(backend.submit, request)
+        self.stream = TextStream(backend.start, request)
         if start.response_format == "wav":
             await self._send(bytes_=wav_header(backend.sample_rate, "wav16", None))
         self.speaker = asyncio.create_task(self._speak(self.stream, backend.sample_rate))
@@ -191,13 +191,6 @@ class _Connection:
         if not hmac.compare_digest(given, self.expected):
             raise APIError(401, "invalid API key", "invalid_api_key")
         self.authorized = True
-
-    def _submitting(self, action, *args) -> None:
-        """Run a TextStream call that may submit sentences to the engine, its refusals as API errors."""
-        try:
-            action(*args)
-        except Exception as e:
-            raise _api_error(e) from None
 
     # -------------------------------------------------------------------------------------------- audio
     async def _speak(self, stream: TextStream, sample_rate: int) -> None:

@@ -111,7 +111,7 @@ class Handler(AsyncEventHandler):
             return await self._start(SynthesizeStart.from_event(event).voice)
         if SynthesizeChunk.is_type(event.type):
             if self.stream is not None:
-                await self._guard(self.stream.feed, SynthesizeChunk.from_event(event).text)
+                self.stream.feed(SynthesizeChunk.from_event(event).text)
                 return True
             if self.failed:
                 return True  # the rest of an answer whose error was sent
@@ -128,18 +128,18 @@ class Handler(AsyncEventHandler):
     # ------------------------------------------------------------------------------------------ requests
     async def _synthesize(self, text: str, voice: Optional[SynthesizeVoice]) -> bool:
         try:
-            stream = TextStream(self.service.backend.submit, self.service.request(voice))
-            stream.feed(text)
-            stream.end()
-        except (ValueError, EngineFull) as e:
+            stream = TextStream(self.service.backend.start, self.service.request(voice))
+        except ValueError as e:
             await self._error(e)
             return True
+        stream.feed(text)
+        stream.end()
         return await self._send_audio(stream, stopped=False)
 
     async def _start(self, voice: Optional[SynthesizeVoice]) -> bool:
         self._cancel()
         try:
-            self.stream = TextStream(self.service.backend.submit, self.service.request(voice))
+            self.stream = TextStream(self.service.backend.start, self.service.request(voice))
         except ValueError as e:
             self.failed = True
             await self._error(e)
@@ -154,22 +154,8 @@ class Handler(AsyncEventHandler):
                 self.failed = False
                 return True
             return await self._outside_stream("synthesize-stop")
-        speaker = self.speaker
-        if not await self._guard(self.stream.end):
-            return True
-        return await speaker  # False when the client went away
-
-    async def _guard(self, action, *args) -> bool:
-        """Run a TextStream call that may submit sentences; a refusal ends the streamed answer with an error
-        (False)."""
-        try:
-            action(*args)
-            return True
-        except (ValueError, EngineFull) as e:
-            self._cancel()
-            self.failed = True
-            await self._error(e)
-            return False
+        self.stream.end()
+        return await self.speaker  # False when the client went away
 
     async def _outside_stream(self, kind: str) -> bool:
         await self._error(ValueError(f"{kind} without synthesize-start"))
