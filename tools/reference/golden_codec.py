@@ -31,7 +31,6 @@ code (transformers' HiggsAudioV2TokenizerModel as OmniVoice loads it):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -42,18 +41,13 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from run_reference import file_sha256  # noqa: E402
 from synth_clip import synth_clip  # noqa: E402
 
 SR = 24000
 HOP = 960
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _version(md, package: str) -> str | None:
@@ -150,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ck = args.checkpoint
     meta = {
         "checkpoint": str(ck.resolve()),
-        "audio_tokenizer_sha256": sha256(ck / "audio_tokenizer" / "model.safetensors"),
-        "audio_tokenizer_config_sha256": sha256(ck / "audio_tokenizer" / "config.json"),
+        "audio_tokenizer_sha256": file_sha256(ck / "audio_tokenizer" / "model.safetensors"),
+        "audio_tokenizer_config_sha256": file_sha256(ck / "audio_tokenizer" / "config.json"),
         "settings": {"clip_seconds": args.clip_seconds, "decode_frames": list(args.decode_frames),
                      "threads": args.threads, "dtype": "float32", "codec_only": args.codec_only},
         "versions": {p: _version(md, p) for p in ("omnivoice", "torch", "transformers")},

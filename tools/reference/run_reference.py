@@ -44,6 +44,7 @@ import argparse
 import hashlib
 import json
 import os
+import runpy
 import shutil
 import sys
 import time
@@ -70,12 +71,8 @@ MASK_ID = 1024
 # --------------------------------------------------------------------------------------------------
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
+# omnivoice/digest.py's hasher, run by its path (the repository's package cannot be imported here: see above)
+file_sha256 = runpy.run_path(str(REPO / "omnivoice" / "digest.py"))["file_sha256"]
 
 
 def checkpoint_hash(ckpt: Path, cache_dir: Path) -> str:
@@ -93,7 +90,7 @@ def checkpoint_hash(ckpt: Path, cache_dir: Path) -> str:
         st = p.stat()
         key = f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}"
         if key not in memo:
-            memo[key] = _sha256_file(p)
+            memo[key] = file_sha256(p)
         h.update(f"{p.relative_to(ckpt).as_posix()}:{memo[key]}\n".encode())
     cache_dir.mkdir(parents=True, exist_ok=True)
     tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
@@ -374,16 +371,16 @@ def build_settings(args: argparse.Namespace) -> dict:
             denoise=not args.no_denoise, preprocess_prompt=not args.no_preprocess_prompt,
             postprocess_output=not args.no_postprocess, audio_chunk_duration=args.chunk_duration,
             audio_chunk_threshold=args.chunk_threshold, ref_wav=ref_wav,
-            ref_wav_sha256=_sha256_file(Path(ref_wav)) if ref_wav else None,
+            ref_wav_sha256=file_sha256(Path(ref_wav)) if ref_wav else None,
             ref_text=ref_text if args.mode == "clone" else None,
             clip_seed=args.clip_seed if args.mode == "clone" and ref_wav is None else None,
             clip_duration=args.clip_duration if args.mode == "clone" and ref_wav is None else None,
             class_temperature=0.0, position_temperature=0.0, dtype="float32", attn_implementation="sdpa",
         )
     elif args.command == "encode":
-        s.update(wav=str(Path(args.wav).resolve()), wav_sha256=_sha256_file(Path(args.wav)))
+        s.update(wav=str(Path(args.wav).resolve()), wav_sha256=file_sha256(Path(args.wav)))
     else:
-        s.update(codes=str(Path(args.codes).resolve()), codes_sha256=_sha256_file(Path(args.codes)))
+        s.update(codes=str(Path(args.codes).resolve()), codes_sha256=file_sha256(Path(args.codes)))
     return s
 
 
