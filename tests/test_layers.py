@@ -13,7 +13,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "omnivoice"
 DOC = PACKAGE.parent / "docs" / "ARCHITECTURE.md"
 
-# Bottom to top; a module belongs to the layer of its longest matching prefix. The same list is the table of
+# Bottom to top; a module belongs to the layer of its longest matching prefix ("" is the package's own
+# __init__), and a module no prefix matches fails test_every_module_has_a_layer. The same list is the table of
 # docs/ARCHITECTURE.md (test_the_doc_lists_the_layers).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("files", "config", "options")),
@@ -39,7 +40,7 @@ def layer_of(module: str) -> str:
     best, best_len = None, -1
     for name, prefixes in LAYERS:
         for p in prefixes:
-            if (module == p or module.startswith(p + ".") or p == "") and len(p) > best_len:
+            if (module == p or p and module.startswith(p + ".")) and len(p) > best_len:
                 best, best_len = name, len(p)
     return best
 
@@ -145,6 +146,15 @@ def test_no_module_imports_a_layer_above_its_own():
 def test_no_import_circle_crosses_a_layer():
     crossing = [c for c in cycles(import_graph()) if len({layer_of(m) for m in c}) > 1]
     assert crossing == []
+
+
+def test_no_module_imports_a_command_line():
+    """A command line's module (python -m ..., tts, cache) is an entry point: no module but another command line
+    imports it, so a library never runs argument parsing and a worker (a Ray actor) never loads a CLI."""
+    entries = {m for m in modules() if m.endswith("__main__") or m in ("tts", "cache")}
+    assert {"tts", "batch.__main__", "quantize.__main__"} <= entries
+    assert sorted(f"{m} imports {d}" for m, deps in import_graph().items() if m not in entries
+                  for d in deps if d in entries) == []
 
 
 def test_the_checks_see_what_they_guard():

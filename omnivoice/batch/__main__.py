@@ -18,7 +18,7 @@ from ..arguments import add_quant_option, thread_count
 from ..cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_OOM
 from ..options import OptionError, add_arguments, flag_message, flags, from_arguments
 from .manifest import read_manifest
-from .outputs import FAILURES, OutputDir
+from .outputs import FAILURES, OutputDir, encode_result, exit_code_of
 
 EPILOG = f"""\
 manifest: one JSON object per line, as the reference's omnivoice-infer-batch reads it: "id" and "text"
@@ -212,7 +212,7 @@ def _run_items(args, todo, batch_size, out, progress, say, severity, skipped, ba
             if args.ray is not None:
                 from .ray import run_ray
 
-                outcomes = run_ray(args, todo, say, progress.ready)
+                outcomes = run_ray(args, todo, say, progress.ready, batch_size)
             else:
                 outcomes = run_local(args, todo, batch_size, say, progress.ready)
             for it, outcome in outcomes:
@@ -244,17 +244,6 @@ def _run_items(args, todo, batch_size, out, progress, say, severity, skipped, ba
         if code in severity:
             return code
     return EXIT_OK
-
-
-def exit_code_of(e: BaseException) -> int:
-    """The exit status an item's failure stands for (a Ray actor's failure carries it as exit_code)."""
-    if getattr(e, "exit_code", None) is not None:
-        return e.exit_code
-    if isinstance(e, MemoryError):
-        return EXIT_OOM
-    if isinstance(e, cli.BAD_INPUT):
-        return EXIT_BAD_INPUT
-    return EXIT_FAILURE
 
 
 def run_local(args, items, batch_size, say, on_ready=lambda: None):
@@ -291,13 +280,6 @@ def run_local(args, items, batch_size, say, on_ready=lambda: None):
                     yield it, e
                     continue
                 yield it, encoded
-
-
-def encode_result(result, fmt: str):
-    """(audio file bytes, tokens, seconds of audio) of a SynthesisResult."""
-    from ..audio.io import encode_audio
-
-    return encode_audio(result.audio, result.sample_rate, fmt), result.tokens, result.duration
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """The batch output folder: OUTDIR/<id>.<ext> written whole or not at all, the tokens beside them, and
-OUTDIR/failures.jsonl.
+OUTDIR/failures.jsonl; what an item's outcome becomes there (encode_result, exit_code_of), for the local run and
+the Ray actors alike.
 
 An item counts as done when its audio file exists (so a rerun resumes where a run stopped); with
 --save-tokens its tokens (`<id>.npy`, int32 [8, T], chunks joined along T) are written before the audio, so
@@ -18,10 +19,11 @@ from typing import Optional
 
 import numpy as np
 
+from .. import cli
 from ..audio.io import encode_audio, format_extension
 from ..files import atomic_write_bytes
 
-__all__ = ["OutputDir", "FAILURES"]
+__all__ = ["OutputDir", "FAILURES", "encode_result", "exit_code_of"]
 
 FAILURES = "failures.jsonl"
 
@@ -79,3 +81,19 @@ class OutputDir:
                 (self.path / FAILURES).unlink()
             except FileNotFoundError:
                 pass
+
+
+def encode_result(result, fmt: str):
+    """(audio file bytes, tokens, seconds of audio) of a SynthesisResult."""
+    return encode_audio(result.audio, result.sample_rate, fmt), result.tokens, result.duration
+
+
+def exit_code_of(e: BaseException) -> int:
+    """The exit status an item's failure stands for (a Ray actor's failure carries it as exit_code)."""
+    if getattr(e, "exit_code", None) is not None:
+        return e.exit_code
+    if isinstance(e, MemoryError):
+        return cli.EXIT_OOM
+    if isinstance(e, cli.BAD_INPUT):
+        return cli.EXIT_BAD_INPUT
+    return cli.EXIT_FAILURE

@@ -87,7 +87,7 @@ class Synthesizer:
 
     def run(self, requests: list, fmt: str = "wav16") -> list:
         """For each request: ("ok", audio file bytes in `fmt`, tokens, seconds) or ("error", kind, message)."""
-        from .__main__ import encode_result, exit_code_of
+        from .outputs import encode_result, exit_code_of
 
         out = []
         for r in self.results(requests):
@@ -131,12 +131,11 @@ def _shippable(req: SynthesisRequest, clips: dict) -> dict:
     return d
 
 
-def run_ray(args, items: list, say, on_ready=lambda: None) -> Iterator[tuple[Any, Any]]:
-    """(item, (audio bytes, tokens, seconds) or exception) for every manifest item, as shards finish."""
+def run_ray(args, items: list, say, on_ready=lambda: None, batch_size="auto") -> Iterator[tuple[Any, Any]]:
+    """(item, (audio bytes, tokens, seconds) or exception) for every manifest item, as shards finish; `batch_size`:
+    requests per LM step of each actor (--batch-size, checked)."""
     ray = require_ray()
     from ray.util import ActorPool
-
-    from .__main__ import batch_size_of
 
     started = not ray.is_initialized()
     if started:
@@ -157,7 +156,7 @@ def run_ray(args, items: list, say, on_ready=lambda: None) -> Iterator[tuple[Any
             options, threads, backend = {"num_gpus": 1}, args.threads, args.backend
         actor_class = ray.remote(Synthesizer).options(**options)
         actors = [actor_class.remote(args.model, args.codec, backend, args.quant, threads,
-                                     batch_size_of(args.batch_size), None if args.warm_up else False,
+                                     batch_size, None if args.warm_up else False,
                                      args.cpu_products)
                   for _ in range(n)]
         say("ray: " + "; ".join(ray.get([a.describe.remote() for a in actors])))
@@ -173,8 +172,7 @@ def run_ray(args, items: list, say, on_ready=lambda: None) -> Iterator[tuple[Any
         # requests share a graph whatever the number of actors (on GPUs, where kernels round by shape, the
         # tokens then do not depend on it either).
         shippable.sort(key=lambda x: order_key(x[0].request))
-        batch = batch_size_of(args.batch_size)
-        size = batch if batch != "auto" else max(1, min(MAX_SHARD, math.ceil(len(shippable) / len(actors))))
+        size = batch_size if batch_size != "auto" else max(1, min(MAX_SHARD, math.ceil(len(shippable) / len(actors))))
         shards = [shippable[i:i + size] for i in range(0, len(shippable), size)]
         pool = ActorPool(actors)
         for shard, results in _map(pool, shards, args.format):
