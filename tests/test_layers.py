@@ -17,7 +17,7 @@ DOC = PACKAGE.parent / "docs" / "ARCHITECTURE.md"
 # __init__), and a module no prefix matches fails test_every_module_has_a_layer. The same list is the table of
 # docs/ARCHITECTURE.md (test_the_doc_lists_the_layers).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("files", "config", "options")),
+    ("foundation", ("files", "digest", "config", "options")),
     ("gguf", ("gguf",)),
     ("pure", ("text", "generate", "audio", "codec.voice", "codec.rvq_format", "codec.rvq_packed")),
     ("ggml", ("ggml",)),
