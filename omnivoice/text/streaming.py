@@ -7,15 +7,16 @@ the server's streamed responses) cuts text into the pieces it speaks one after a
 - The first piece is kept short, so that the first audio comes early: a first sentence longer than
   FIRST_SENTENCE_MAX_CHARS is split at its clauses (commas and the like, `chunking.chunk_text_punctuation`) into
   a head of at most FIRST_PIECE_CHARS and the rest of the sentence. A sentence without clause punctuation stays
-  whole (never cut mid-word).
+  whole (never cut mid-word). Text pushed in pieces (StreamFeed) speaks the head as soon as it is known, before
+  the sentence ends.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, List
+from typing import Iterable, Iterator, List, Optional
 
 from .chunking import chunk_text_punctuation
-from .sentences import SentenceFeed, split_sentences
+from .sentences import SENTENCE_END, SentenceFeed, split_sentences
 
 __all__ = ["FIRST_SENTENCE_MAX_CHARS", "FIRST_PIECE_CHARS", "first_pieces", "stream_sentences",
            "stream_arriving_sentences", "StreamFeed"]
@@ -57,11 +58,15 @@ def stream_arriving_sentences(pieces: Iterable[str]) -> Iterator[str]:
 
 class StreamFeed:
     """The streaming rule for text pushed in pieces: `feed(piece)` returns the pieces to speak that it completed,
-    `flush()` what is pending, to be spoken now (at the end of the text, or when a client asks for it)."""
+    `flush()` what is pending, to be spoken now (at the end of the text, or when a client asks for it).
+
+    A long first sentence's head goes out as soon as it is known, before the sentence ends (_known_head).
+    Whatever the split, the pieces are stream_sentences' of the whole text."""
 
     def __init__(self) -> None:
         self._sentences = SentenceFeed()
         self._first = True
+        self._head: Optional[str] = None  # the first sentence's head, when it went out before the sentence ended
 
     @property
     def pending(self) -> str:
@@ -69,13 +74,33 @@ class StreamFeed:
         return self._sentences.pending
 
     def feed(self, piece: str) -> List[str]:
-        return self._spoken(self._sentences.feed(piece))
+        spoken = self._spoken(self._sentences.feed(piece))
+        if self._first and self._head is None:
+            self._head = _known_head(self.pending.strip())
+            if self._head is not None:
+                spoken.append(self._head)
+        return spoken
 
     def flush(self) -> List[str]:
         return self._spoken(self._sentences.end())
 
     def _spoken(self, sentences: List[str]) -> List[str]:
-        if sentences and self._first:
-            self._first = False
+        if not (sentences and self._first):
+            return sentences
+        self._first = False
+        if self._head is None:
             return first_pieces(sentences[0]) + sentences[1:]
-        return sentences
+        rest = sentences[0][len(self._head):].strip()  # the head went out already: what follows it
+        return ([rest] if rest else []) + sentences[1:]
+
+
+def _known_head(text: str) -> Optional[str]:
+    """The head first_pieces gives every first sentence that begins with `text` (stripped), or None while that
+    is not known yet: once `text` already splits in two (it is past FIRST_SENTENCE_MAX_CHARS). The head is closed
+    by a clause that did not fit beside it; more text only lengthens that clause or adds clauses after it. A
+    sentence mark in `text` (the sentence's end, or a dot of "3.14" or "Mr." that chunking splits at and the
+    sentence rule does not) leaves it to the whole sentence."""
+    if any(c in SENTENCE_END for c in text):
+        return None
+    pieces = first_pieces(text)
+    return pieces[0] if len(pieces) > 1 else None
