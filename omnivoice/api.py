@@ -5,7 +5,8 @@
         result = ov.synthesize("Hello world.", language="English")
         soundfile.write("hello.wav", result.audio, result.sample_rate)
 
-Which files a model argument names is omnivoice.resolve's business; the work itself is omnivoice.pipeline's.
+Which files a model argument names is omnivoice.resolve's business; the work itself is the engine's
+(omnivoice.engine: one request runs as a batch of one on the caller's thread), on omnivoice.pipeline's plans.
 Options (omnivoice.options) are checked by `check_options` before anything is loaded, and the command line does
 just that.
 """
@@ -16,6 +17,7 @@ import logging
 import numbers
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence, Union
 
@@ -24,7 +26,7 @@ import numpy as np
 from .codec.voice import VoicePrompt
 from .gguf import keys as K
 from .options import DEFAULTS, MAX_DURATION, OptionError  # noqa: F401 (api's names for them)
-from .pipeline import CancelCallback, Cancelled, Pipeline, ProgressCallback, SentenceStream, SynthesisResult
+from .pipeline import CancelCallback, Cancelled, Pipeline, ProgressCallback, SynthesisResult
 from .settings import Settings, check_options, make_settings
 
 log = logging.getLogger("omnivoice")
@@ -217,7 +219,18 @@ class OmniVoice:
         settings = make_settings(text, language, instruct, **options)
         with self._lock:
             voice = self._voice(voice, ref_audio, ref_text, preprocess_prompt)
-            return self._ready().synthesize(text, settings, voice, progress, cancel, Path(dump) if dump else None)
+            return self._alone(text, settings, voice, progress=progress, cancel=cancel,
+                               dump=Path(dump) if dump else None)
+
+    def _alone(self, text: str, settings: Settings, voice: Optional[VoicePrompt], **task):
+        """One request run to its end on this thread by the engine (a batch of one: engine.solo); `task`: Task's
+        keyword arguments. The caller holds the lock."""
+        from .engine.core import Task
+        from .engine.request import SynthesisRequest
+        from .engine.solo import run_alone
+
+        self._ready()
+        return run_alone(self, Task(SynthesisRequest(text, voice=voice), settings, **task))
 
     def generate_tokens(self, text: str, *, language: Optional[str] = None, instruct: Optional[str] = None,
                         voice: Optional[VoicePrompt] = None, progress: Optional[ProgressCallback] = None,
@@ -227,10 +240,8 @@ class OmniVoice:
         Arguments as for synthesize."""
         settings = make_settings(text, language, instruct, **options)
         with self._lock:
-            pipeline = self._ready()
-            tokens, _ = pipeline.generate_tokens(text, settings, self._voice(voice, None, None, True), progress,
-                                                 cancel, Path(dump) if dump else None)
-            return tokens
+            return self._alone(text, settings, self._voice(voice, None, None, True), progress=progress,
+                               cancel=cancel, dump=Path(dump) if dump else None, decode=False).tokens
 
     def llm_logits(self, text: str, *, language: Optional[str] = None, instruct: Optional[str] = None,
                    voice: Optional[VoicePrompt] = None, dump: Optional[Union[str, os.PathLike]] = None,
@@ -238,10 +249,12 @@ class OmniVoice:
         """One full LM forward of the first chunk's step-0 prompt: the conditional row's raw audio logits over
         the target window, float32 [8, T, V] (a check against other implementations). With `dump`, also
         writes prompt_ids.npy and llm_logits.npy there."""
+        from .engine.solo import llm_logits
+
         settings = make_settings(text, language, instruct, **options)
         with self._lock:
-            return self._ready().llm_test(text, settings, self._voice(voice, None, None, True),
-                                          Path(dump) if dump else None)
+            self._ready()
+            return llm_logits(self, text, settings, self._voice(voice, None, None, True), Path(dump) if dump else None)
 
     def speaker(self, *, language: Optional[str] = None, instruct: Optional[str] = None,
                 ref_audio: Optional[AudioInput] = None, ref_text: Optional[str] = None,
@@ -379,13 +392,14 @@ class Speaker:
                  instruct: Optional[str], cancel: Optional[CancelCallback], options: dict) -> None:
         self._ov, self._voice, self._cancel = ov, voice, cancel
         self._language, self._instruct, self._options = language, instruct, options
-        self._stream: Optional[SentenceStream] = None
+        self._settings: Optional[Settings] = None  # made from the first text (it decides the instruct wording)
+        self._rng = None  # one generator through all calls, made with the settings
         self._wording_text: Optional[str] = None  # the text that decides Chinese or English instruct wording
 
     @property
     def voice(self) -> Optional[VoicePrompt]:
         """The voice in use: the given one, or the first sentence's once it is spoken."""
-        return self._stream.voice if self._stream is not None else self._voice
+        return self._voice
 
     def say(self, text: str, duration: Optional[float] = None,
             progress: Optional[ProgressCallback] = None) -> np.ndarray:
@@ -394,22 +408,33 @@ class Speaker:
 
     def _say(self, text: str, duration: Optional[float], progress: Optional[ProgressCallback]
              ) -> tuple[np.ndarray, np.ndarray]:
+        """(post-processed audio, tokens) of one sentence: a one-sentence stream task on the engine, in this
+        speaker's voice and generator; without a voice yet, the sentence's tokens and text voice the rest."""
         if duration is not None:
             make_settings(duration=duration)
         with self._ov._lock:
-            return self._sentences(text).say(text, duration, progress)
+            settings = self._settings_for(text, duration)
+            result = self._ov._alone(text, settings, self._voice, sentences=[text], rng=self._rng,
+                                     progress=progress, cancel=self._cancel)
+            tokens = result.tokens[0]
+            if self._voice is None:
+                self._voice = VoicePrompt(tokens, text, None)
+            return result.audio, tokens
 
     def _check(self, text: str, duration: Optional[float]) -> None:
         """Raise ValueError now if saying `text` for `duration` seconds would be refused (past the model's context)."""
         with self._ov._lock:
-            self._sentences(text).check(text, duration)
+            settings = replace(self._settings_for(text, duration), chunk_duration=0.0)
+            self._ov._ready().plan(text, settings, self._voice)
 
-    def _sentences(self, text: str) -> SentenceStream:  # the caller holds the lock
-        pipeline = self._ov._ready()
-        if self._stream is None:  # the first text decides the instruct wording (Chinese or English)
-            settings = make_settings(self._wording_text or text, self._language, self._instruct, **self._options)
-            self._stream = SentenceStream(pipeline, settings, self._voice, self._cancel)
-        return self._stream
+    def _settings_for(self, text: str, duration: Optional[float]) -> Settings:  # the caller holds the lock
+        if self._settings is None:  # the first text decides the instruct wording (Chinese or English)
+            from .pipeline import make_rng
+
+            self._settings = make_settings(self._wording_text or text, self._language, self._instruct,
+                                           **self._options)
+            self._rng = make_rng(self._settings.seed)
+        return replace(self._settings, duration=duration) if duration is not None else self._settings
 
 
 def _check_pair(lm_meta: dict, codec_meta: dict, lm_path: Path, codec_path: Path) -> None:

@@ -165,7 +165,7 @@ class OursSide:
         finish, session = lm_runner.ChunkSession.finish, lm_runner.LanguageModel.session
 
         def timed_finish(sess):
-            # every step ends in finish (step is launch + finish; the pipeline calls the two halves): the
+            # every step ends in finish (step is launch + finish; the engine calls the two halves): the
             # session's own times of the step, prepare + launch and wait + read, not the host's work between
             out = finish(sess)
             rec.lm.append(sum(sess.times))
@@ -175,15 +175,14 @@ class OursSide:
 
         on_device = lm_runner.ChunkSession.run_on_device
 
-        def timed_on_device(sess, state):
+        def timed_on_device(sess, tokens, plan, *args):
             # a chunk whose steps ran queued on the device (CUDA): its mean step, choices included, once a step
             t0 = time.perf_counter()
-            steps = on_device(sess, state)
-            if steps:
-                rec.lm += [(time.perf_counter() - t0) / len(steps)] * len(steps)
-                if mem:
-                    mem.sample()
-            return steps
+            out = on_device(sess, tokens, plan, *args)
+            rec.lm += [(time.perf_counter() - t0) / len(plan)] * len(plan)
+            if mem:
+                mem.sample()
+            return out
 
         def timed_session(model, *args, **kwargs):
             t0 = time.perf_counter()

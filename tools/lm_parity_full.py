@@ -45,7 +45,7 @@ def convert(checkpoint: Path, out: Path, quant: str) -> tuple[Path, Path]:
 def run(args) -> list[dict]:
     from omnivoice.generate.maskgit import GenerationConfig, teacher_force
     from omnivoice.ggml import Runtime
-    from omnivoice.pipeline import _GuidedChunk
+    from omnivoice.runners.lm import GuidedChunk
     from omnivoice.runners.lm import LanguageModel, LMInput
 
     ref = np.load(args.ref)
@@ -73,7 +73,7 @@ def run(args) -> list[dict]:
             err = float(np.abs(got - want_logits).max())
             t0 = time.perf_counter()
             with lm.session([prompt], cfg.guidance_scale, greedy=True) as s:
-                choices = teacher_force(_GuidedChunk(s, MASK), steps, cfg)
+                choices = teacher_force(GuidedChunk(s, MASK), steps, cfg)
             per_step = (time.perf_counter() - t0) / max(len(choices), 1)
             total = same = 0
             for step, c in enumerate(choices):

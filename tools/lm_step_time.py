@@ -98,15 +98,15 @@ def queued_steps(lm, prompts, tokens, n: int) -> tuple[float, float]:
 def maskgit_chunk(lm, pr, steps: int, device: bool) -> tuple[float, np.ndarray, bool]:
     """(ms per step of one whole MaskGIT chunk of `steps` steps, its tokens, whether it ran on the device)."""
     from omnivoice.generate import CudaPhiloxGenerator, GenerationConfig, MaskGitState
-    from omnivoice.pipeline import _GuidedChunk
+    from omnivoice.runners.lm import GuidedChunk
 
     config = GenerationConfig(num_step=steps, position_temperature=5.0, class_temperature=0.0)
     state = MaskGitState(pr.n_target, config, CudaPhiloxGenerator(0), mask_id=lm.cfg.audio_mask_id)
     with lm.session([pr], config.guidance_scale, True, device_steps=device) as s:
         t0 = time.perf_counter()
-        ran = device and s.run_on_device(state) is not None
+        guided = GuidedChunk(s, lm.cfg.audio_mask_id)
+        ran = device and state.run_on_device(guided) is not None
         if not ran:
-            guided = _GuidedChunk(s, lm.cfg.audio_mask_id)
             while not state.done:
                 state.advance(guided)
         return 1000 * (time.perf_counter() - t0) / steps, state.tokens, ran

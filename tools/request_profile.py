@@ -106,6 +106,7 @@ def main() -> int:
                 if r == 0:
                     continue  # warm-up
                 t = dict(timers.t)
+                t["decode"] = t.get("decode") or res.timings.get("decode", 0.0)  # the engine decodes with decode_iter
                 t["maskgit_host"] = res.timings.get("generate", 0.0) - t.get("lm", 0.0) - t.get("session", 0.0)
                 t["other"] = wall - sum(t.get(p, 0.0) for p in PHASES if p != "other")
                 rounds["wall"].append(wall)

@@ -19,6 +19,9 @@
 
 With --in-process there is no server: the same requests (the server's schema and voices make them) go to
 `OmniVoice.engine()` in this process, so that a run beside one over HTTP shows what the web layer costs.
+With --direct, once the server is done, the one-client requests (the same texts, voice and seeds, as the server's
+schema makes them) run one after another through `OmniVoice.synthesize` in this process: the server's audio
+seconds per second at one client against the library's (`direct.server_ratio`).
 
 Results go to stdout as a Markdown table and, with --json, to a file (with the host's CPU, load and the
 server's device).
@@ -269,6 +272,35 @@ async def measure(target, args) -> tuple[dict, list[dict], list[dict]]:
     return health, ttfb, ws, rows
 
 
+def direct(args) -> dict:
+    """The one-client requests through OmniVoice.synthesize in this process (after one uncounted request), one
+    after another: audio seconds per wall second, and the latencies."""
+    import omnivoice
+    from omnivoice.server.schema import SpeechRequest, synthesis_request
+    from omnivoice.server.voices import VoiceLibrary, resolve_voice
+
+    library = VoiceLibrary(args.voices)
+    body = {"model": "tts-1", "voice": args.voice, "num_step": args.num_step, "language": "English"}
+    texts = [VARIED[i % len(VARIED)] if args.vary else ONE for i in range(args.requests)]
+    with omnivoice.OmniVoice(args.model, args.codec, backend=args.backend, n_threads=args.threads) as ov:
+        def say(text: str, seed: int) -> float:
+            speech = SpeechRequest.model_validate({**body, "input": text, "seed": seed})
+            r = synthesis_request(speech, *resolve_voice(library, speech.voice))
+            return ov.synthesize(r.text, language=r.language, instruct=r.instruct, voice=r.voice,
+                                 **r.options()).duration
+
+        say(ONE, 1)  # warm: graphs built, caches filled
+        latencies, audio = [], []
+        t0 = time.perf_counter()
+        for i, text in enumerate(texts):
+            t1 = time.perf_counter()
+            audio.append(say(text, i))  # the seeds of the server's first client
+            latencies.append(time.perf_counter() - t1)
+        wall = time.perf_counter() - t0
+    return {"requests": len(texts), "wall_s": wall, "audio_s": sum(audio), "audio_s_per_s": sum(audio) / wall,
+            "p50_s": percentile(latencies, 0.5)}
+
+
 async def run(args) -> dict:
     if args.in_process:
         target = InProcess(args)
@@ -382,6 +414,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the results here")
     p.add_argument("--in-process", action="store_true",
                    help="no server: the same requests to the server's engine in this process (with --model ...)")
+    p.add_argument("--direct", action="store_true",
+                   help="then the one-client requests through OmniVoice.synthesize in this process (with --model ...)")
     g = p.add_argument_group("starting a server (without --url), or the engine (--in-process)")
     g.add_argument("--model")
     g.add_argument("--codec")
@@ -405,7 +439,16 @@ def main(argv=None) -> int:
         if proc is not None:
             proc.terminate()
             proc.wait(60)
+    if args.direct:
+        result["direct"] = d = direct(args)
+        one = next((r for r in result["concurrency"] if r["clients"] == 1), None)
+        d["server_ratio"] = one["audio_s_per_s"] / d["audio_s_per_s"] if one else None
     print(markdown(result))
+    if "direct" in result:
+        d = result["direct"]
+        ratio = f", the server at one client {d['server_ratio']:.2f}x that" if d["server_ratio"] else ""
+        print(f"\nOmniVoice.synthesize in process, the same {d['requests']} requests one after another: "
+              f"{d['audio_s_per_s']:.2f} audio s/s, p50 {d['p50_s']:.2f} s{ratio}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0

@@ -23,6 +23,10 @@ through all chunks, as in `synthesize`). The graph is rebuilt only when the set 
 Finished units are decoded together (codec decode_iter), each request post-processed as soon as its audio is back
 (on a GPU, while the codec's next graph runs), and clone references of requests admitted together are encoded
 together.
+
+Every synthesis goes through here: `OmniVoice.synthesize`, `stream`, `Speaker`, `dub` and `generate_tokens` run
+their request as a batch of one on the caller's thread (engine.solo), `synthesize_batch` and the batch CLI as an
+offline batch (engine.offline), `ov.engine()` and the server on a background thread (engine.service).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -40,14 +45,17 @@ from ..generate.batch import draw_position_noise, step_many
 from ..generate.maskgit import MaskGitState
 from ..codec.voice import VoicePrompt
 from ..config import current
-from ..pipeline import Cancelled, Settings, SynthesisResult, _chunk, make_rng
+from ..generate.philox import CudaPhiloxGenerator
+from ..pipeline import CancelCallback, Cancelled, ProgressCallback, SynthesisResult, chunk_at, make_rng
+from ..runners.lm import GuidedChunk
+from ..settings import Settings
 from .memory import Limits, resolve_limits
 from .request import SynthesisRequest
 from .voices import VoiceCache
 
 log = logging.getLogger("omnivoice")
 
-__all__ = ["BatchEngine", "Task"]
+__all__ = ["BatchEngine", "Task", "step0_logits"]
 
 
 class Task:
@@ -57,17 +65,26 @@ class Task:
     on its own and handed to `on_audio` as soon as it is done; without a voice prompt, sentence 0's tokens and
     text voice the rest (as `OmniVoice.stream` does). Otherwise the text is planned as `synthesize` plans it
     (long form: chunks) and decoded once at the end.
+
+    `rng`: the generator to draw from (default: a new one from the settings' seed; a Speaker threads one through
+    its calls). `progress(done, total)` is called after each MaskGIT step (steps a short chunk skips counted at
+    its end); `cancel()` is polled before each step, True failing the task with Cancelled. `dump`: a folder for
+    prompt_ids.npy and logits0.npy (chunk 0's prompt and step-0 conditional logits) and tokens_N.npy. Without
+    `decode` the result holds the tokens only (empty audio).
     """
 
     def __init__(self, request: SynthesisRequest, settings: Settings, index: int = 0,
                  sentences: Optional[list[str]] = None,
-                 on_audio: Optional[Callable[[np.ndarray], None]] = None) -> None:
+                 on_audio: Optional[Callable[[np.ndarray], None]] = None, *,
+                 rng: Optional[CudaPhiloxGenerator] = None, progress: Optional[ProgressCallback] = None,
+                 cancel: Optional[CancelCallback] = None, dump: Optional[Path] = None, decode: bool = True) -> None:
         self.request, self.settings, self.index = request, settings, index
         self.sentences = sentences
         self.on_audio = on_audio
+        self.progress, self.should_cancel, self.dump, self.decode = progress, cancel, dump, decode
         self.voice: Optional[VoicePrompt] = request.voice   # the user's voice; set by the engine for ref_audio
         self.spoken_voice: Optional[VoicePrompt] = None     # streaming without a voice: sentence 0's
-        self.rng = make_rng(settings.seed)
+        self.rng = rng if rng is not None else make_rng(settings.seed)
         self.tokens: list[np.ndarray] = []
         self.texts: list[str] = []
         self.pieces: list[np.ndarray] = []
@@ -81,8 +98,10 @@ class Task:
         self.result: Optional[SynthesisResult] = None
         self.error: Optional[BaseException] = None
         self.cancelled = False
+        self.cancel_error: Optional[BaseException] = None  # what the cancel callback raised
         self.t_added = time.perf_counter()
         self.t_started: Optional[float] = None
+        self.t_generated: Optional[float] = None  # the last chunk's tokens done
 
     @property
     def stream(self) -> bool:
@@ -91,6 +110,11 @@ class Task:
     @property
     def finished(self) -> bool:
         return self.result is not None or self.error is not None
+
+    @property
+    def units(self) -> int:
+        """Chunks (or sentences) in all; 0 until the text is planned."""
+        return len(self.sentences) if self.stream else len(self.plans or ())
 
     @property
     def needs_voice(self) -> bool:
@@ -119,12 +143,13 @@ class _Group:
     def __init__(self) -> None:
         self.session = None
         self.key: Optional[tuple] = None
+        self.device = False  # the session runs its lone task's steps on the device (BatchEngine._on_device)
         self.inflight: Optional[tuple[list[Task], Optional[list[dict]]]] = None
 
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
-        self.session, self.key = None, None
+        self.session, self.key, self.device = None, None, False
 
 
 class BatchEngine:
@@ -150,14 +175,18 @@ class BatchEngine:
             if pipeline is None:
                 pipeline = self.lm.runtime.waits_per_graph
         self.pipelined = bool(pipeline)
+        # the device's MaskGIT (CUDA with patch 0024) for a lone greedy task (_on_device); OmniVoice(device_maskgit=
+        # False) or OMNIVOICE_DEVICE_MASKGIT=0 switches it off in the LM
+        self.device_maskgit = self.lm.device_maskgit
         self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]
         self._member: dict[int, int] = {}   # id(task) -> group index
         self._decodes: list[_Decode] = []
         self._finished: list[Task] = []
-        # steps: packed graph runs collected; graphs: graph switches (the set of packed chunks changed), of which
-        # graphs_reused took a graph a closed session of the same shape left (no build: LanguageModel.max_graphs);
-        # packed_requests: the requests of every step, summed.
-        self.stats = {"steps": 0, "graphs": 0, "graphs_reused": 0, "packed_requests": 0}
+        # steps: MaskGIT steps run (packed graph runs collected, and steps run on the device); graphs: graph
+        # switches (the set of packed chunks changed), of which graphs_reused took a graph a closed session of the
+        # same shape left (no build: LanguageModel.max_graphs); packed_requests: the requests of every step,
+        # summed; device_chunks: chunks whose steps ran on the device (_on_device).
+        self.stats = {"steps": 0, "graphs": 0, "graphs_reused": 0, "packed_requests": 0, "device_chunks": 0}
         # Wall seconds by phase (what a profile of the engine needs first: device-bound or host-bound):
         # admit (voices, plans, prompts), graph (building packed graphs), the LM steps' ids, graph runs (launch
         # and wait; pipelined, a wait includes the other group's run queued before) and read-backs, wait (time
@@ -217,11 +246,22 @@ class BatchEngine:
         return done
 
     def _drop_cancelled(self) -> None:
-        for t in [t for t in self.pending if t.cancelled]:
+        for t in [t for t in self.pending if self._cancelled(t)]:
             self.pending.remove(t)
-            self._fail(t, Cancelled("synthesis cancelled"))
-        for t in [t for t in self.active if t.cancelled]:
-            self._fail(t, Cancelled("synthesis cancelled"))
+            self._fail(t, t.cancel_error or Cancelled("synthesis cancelled"))
+        for t in [t for t in self.active if self._cancelled(t)]:
+            self._fail(t, t.cancel_error or Cancelled("synthesis cancelled"))
+
+    @staticmethod
+    def _cancelled(t: Task) -> bool:
+        """Whether the task is to stop: cancel() was called or its cancel callback says so (a callback that raises
+        stops it with that error)."""
+        if not t.cancelled and t.should_cancel is not None:
+            try:
+                t.cancelled = bool(t.should_cancel())
+            except Exception as e:
+                t.cancelled, t.cancel_error = True, e
+        return t.cancelled
 
     def _admit(self) -> None:
         lim = self.limits
@@ -278,13 +318,15 @@ class BatchEngine:
         if t.stream:
             sentence = t.sentences[t.unit]
             voice = t.voice or t.spoken_voice
-            settings = replace(t.settings, chunk_duration=0.0)  # a sentence is never chunked (SentenceStream)
-            chunk = _chunk(p.plan(sentence, settings, voice), 0, [], voice)
+            settings = replace(t.settings, chunk_duration=0.0)  # a sentence is never chunked
+            chunk = chunk_at(p.plan(sentence, settings, voice), 0, [], voice)
         else:
             if t.plans is None:
                 t.plans = p.plan(t.request.text, t.settings, t.voice)
-            chunk = _chunk(t.plans, t.unit, t.tokens, t.voice)
-        _, t.lm_prompt = p._prompt(chunk, t.settings)
+            chunk = chunk_at(t.plans, t.unit, t.tokens, t.voice)
+        prompt, t.lm_prompt = p.prompt(chunk, t.settings)
+        if t.dump is not None and t.unit == 0 and not t.stream:
+            self._dump_first(t, prompt)
         cfg = self.lm.cfg
         t.state = MaskGitState(chunk.n_target, t.settings.sampler, t.rng, cfg.n_codebook, cfg.audio_mask_id)
         t.positions = int(t.lm_prompt.input_ids.shape[1]) + int(chunk.n_target)
@@ -299,22 +341,24 @@ class BatchEngine:
                 with self._model_lock:
                     g.close()
             return
-        key = self._group_key(i)
-        if key != g.key:
+        key, device = self._group_key(i), self._on_device(i, tasks)
+        if key != g.key or device != g.device:
             t0 = time.perf_counter()
             sampler = [t.settings.sampler for t in tasks]
             try:
                 with self._model_lock:
                     g.close()
                     g.session = self.lm.session([t.lm_prompt for t in tasks], [s.guidance_scale for s in sampler],
-                                                [s.class_temperature == 0 for s in sampler])
+                                                [s.class_temperature == 0 for s in sampler], device_steps=device)
             except MemoryError as e:
                 self._shrink(tasks, e)
                 return
-            g.key = key
+            g.key, g.device = key, device
             self.stats["graphs"] += 1
             self.stats["graphs_reused"] += bool(g.session.reused)
             self.timings["graph"] += time.perf_counter() - t0
+        if device and self._run_on_device(g, tasks[0]):
+            return
         tokens = [t.state.tokens for t in tasks]
         if self.pipelined and any(self._group_tasks(j) for j in range(len(self._groups)) if j != i):
             # Queued behind the other group's run; this thread goes on to that group's choices. (A worker
@@ -325,6 +369,43 @@ class BatchEngine:
             g.inflight = (tasks, None)
         else:
             g.inflight = (tasks, self._run(g.session, tokens, [t.state for t in tasks]))
+
+    def _on_device(self, i: int, tasks: list[Task]) -> bool:
+        """Whether group i runs its chunk's steps on the device (the fast path, where the LM has it: CUDA with
+        patch 0024): a lone task choosing its classes greedily, while no other group has work. Every step of
+        the chunk is then queued back to back, each choice made on the device, and the host waits once
+        (MaskGitState.run_on_device); the tokens are the host loop's bit for bit (tests/models/
+        test_lm_device_maskgit.py). On the H200 (BF16) that took a lone request's step from 2.03 to 1.73 ms
+        and clone5 from 75 to 65 ms (auto20 151 -> 136). The device takes one prompt per run, so a group of
+        several steps packed on the host, as it does for sampled classes.
+
+        What it costs: a request that arrives while the chunk runs waits for the chunk's end (at most one chunk,
+        about 60 ms for five seconds of speech on the H200) instead of joining at the next step; at that chunk
+        boundary the engine admits it (composition_changed) and the two step packed on the host. A chunk's steps
+        are not cut into shorter device runs: the host would wait between them, which is what the device
+        path saves."""
+        if not self.device_maskgit or len(tasks) != 1 or not tasks[0].state.greedy:
+            return False
+        return not any(self._group_tasks(j) for j in range(len(self._groups)) if j != i)
+
+    def _run_on_device(self, g: _Group, t: Task) -> bool:
+        """Run the rest of the lone task's chunk on the device; False where the session declines (the host
+        steps). Each step is counted (and reported to the task's progress callback) once the tokens are back."""
+        t0 = time.perf_counter()
+        try:
+            with self._model_lock:
+                steps = t.state.run_on_device(GuidedChunk(g.session, self.lm.cfg.audio_mask_id))
+        except Exception as e:  # NaN scores or the like: this request fails
+            self._fail(t, e)
+            return True
+        if steps is None:
+            return False
+        self.timings["lm_run"] += time.perf_counter() - t0
+        self.stats["steps"] += len(steps)
+        self.stats["packed_requests"] += len(steps)
+        self.stats["device_chunks"] += 1
+        self._stepped(t, len(steps))
+        return True
 
     def _run(self, session, tokens: list[np.ndarray], states: Optional[list[MaskGitState]] = None) -> list[dict]:
         """One graph run; with `states`, their position noise is drawn meanwhile: a GPU's run is queued and the
@@ -367,9 +448,7 @@ class BatchEngine:
         for t, _ in live:
             if t.finished:
                 continue
-            t.steps_done += 1
-            if t.state.done:
-                self._unit_done(t)
+            self._stepped(t, 1)
         self.timings["wait"] += t1 - t0
         self.timings["maskgit"] += time.perf_counter() - t1
 
@@ -391,10 +470,44 @@ class BatchEngine:
         log.warning("batch of %d requests did not fit in memory; continuing with %d (at most %d positions)",
                     len(tasks), len(keep), self.limits.max_positions)
 
+    def _stepped(self, t: Task, steps: int) -> None:
+        """Count `steps` MaskGIT steps of the task's current chunk done (each reported to its progress callback),
+        and move on when the chunk is done."""
+        for _ in range(steps):
+            t.steps_done += 1
+            self._report(t)
+        if not t.finished and t.state.done:
+            self._unit_done(t)
+
+    def _report(self, t: Task) -> None:
+        """progress(done, total) of a task that asks for it; a callback that raises fails the task."""
+        if t.progress is None or t.finished:
+            return
+        try:
+            t.progress(t.steps_done, t.units * t.settings.sampler.num_step)
+        except Exception as e:
+            self._fail(t, e)
+
+    def _dump_first(self, t: Task, prompt) -> None:
+        """A dumping task's chunk 0: its prompt ids and the conditional logits of its step-0 forward."""
+        t.dump.mkdir(parents=True, exist_ok=True)
+        np.save(t.dump / "prompt_ids.npy", prompt.cond_ids.astype(np.int32))
+        with self._model_lock:
+            logits = step0_logits(self.lm, prompt, t.lm_prompt, t.settings.sampler.guidance_scale)
+        np.save(t.dump / "logits0.npy", logits)
+
     def _unit_done(self, t: Task) -> None:
         tokens, t.state = t.state.tokens, None
         t.tokens.append(tokens)
         t.unit += 1
+        # steps a short chunk skips (nothing to unmask) still count toward the total
+        if t.steps_done != t.unit * t.settings.sampler.num_step:
+            t.steps_done = t.unit * t.settings.sampler.num_step
+            self._report(t)
+        if t.dump is not None and not t.stream:
+            np.save(t.dump / f"tokens_{t.unit - 1}.npy", tokens.astype(np.int32))
+        if t.finished:  # the progress callback failed it
+            return
         if t.stream:
             voice = t.voice or t.spoken_voice
             t.texts.append(t.sentences[t.unit - 1])
@@ -406,10 +519,14 @@ class BatchEngine:
             more = t.unit < len(t.plans)
             if not more:
                 t.texts = [p.text for p in t.plans]
-                self._decodes.append((t, list(t.tokens), t.voice))
+                if t.decode:
+                    self._decodes.append((t, list(t.tokens), t.voice))
         if not more:
+            t.t_generated = time.perf_counter()
             self.active.remove(t)
             self._member.pop(id(t), None)
+            if not t.decode:  # tokens only
+                self._succeed(t, np.zeros(0, np.float32), 0.0)
             return
         try:
             self._start_unit(t)
@@ -467,7 +584,8 @@ class BatchEngine:
 
     def _succeed(self, t: Task, audio: np.ndarray, decode_s: float) -> None:
         now = time.perf_counter()
-        timings = {"queued": (t.t_started or now) - t.t_added, "total": now - t.t_added, "decode": decode_s}
+        timings = {"queued": (t.t_started or now) - t.t_added, "total": now - t.t_added, "decode": decode_s,
+                   "generate": (t.t_generated or now) - (t.t_started or now)}
         t.result = SynthesisResult(audio, self.pipeline.sample_rate, t.tokens, t.texts, timings)
         self._finished.append(t)
 
@@ -498,3 +616,11 @@ class BatchEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def step0_logits(lm, prompt, lm_prompt, guidance_scale: float) -> np.ndarray:
+    """One full LM forward of a chunk's step-0 prompt (every target masked; `prompt`: text.prompt.Prompt, and
+    `lm_prompt` its runners.lm.LMInput): the conditional row's raw audio logits, float32 [C, T, V]. A debugging
+    aid (dumps, OmniVoice.llm_logits), not MaskGIT."""
+    with lm.session([lm_prompt], guidance_scale, greedy=True, with_logits=True) as s:
+        return s.step([prompt.uncond_ids])[0]["cond_logits"].astype(np.float32)

@@ -85,7 +85,7 @@ def warm_up(ov, engine: BatchEngine, n: int = 8) -> float:
     cuBLAS's handles and workspaces, the compute buffers' first allocations, the codec's graphs); a Ray actor or
     a server that warms up at load pays it before its first real work. The batch has `n` one-second requests
     of two MaskGIT steps (at least 8: the pipelined engine's two groups), auto, designed and cloned (a synthetic
-    one-second reference: the codec's encoder runs too). A failure here is raised: real work would fail alike.
+    one-second reference: the codec's encoder runs too), then one request alone (a lone request's path). A failure here is raised: real work would fail alike.
     """
     t0 = time.perf_counter()
     sr = ov.sample_rate
@@ -95,9 +95,11 @@ def warm_up(ov, engine: BatchEngine, n: int = 8) -> float:
     requests += [SynthesisRequest(instruct="female", seed=0, **common),
                  SynthesisRequest(ref_audio=(tone, sr), ref_text="Warm up.", seed=0, **common)]
     prepared = [(i, r, r.settings()) for i, r in enumerate(requests)]
-    for _, outcome in run_batch(ov, prepared, engine=engine):
-        if isinstance(outcome, BaseException):
-            raise outcome
+    lone = SynthesisRequest(seed=0, **common)  # alone: the device's MaskGIT where the engine takes it (CUDA)
+    for batch in (prepared, [(0, lone, lone.settings())]):
+        for _, outcome in run_batch(ov, batch, engine=engine):
+            if isinstance(outcome, BaseException):
+                raise outcome
     return time.perf_counter() - t0
 
 

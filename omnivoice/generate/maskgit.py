@@ -101,6 +101,11 @@ class GuidedLM(Protocol):
     A runner may also offer ``launch_guided_argmax(tokens)``: start what ``guided_argmax`` computes and
     return a function that waits for it and returns ``(pred, score)``. The loop then draws the step's
     position noise while the LM runs (on a GPU the run is queued, so the host's draw costs no time).
+
+    And a runner whose device makes the greedy choice itself may offer ``device_steps`` (how many steps it
+    runs at most without the host; 0 when it cannot now) and ``run_steps(tokens, plan, config)``: run the
+    rows of :meth:`MaskGitState.device_plan` from ``tokens`` and return the tokens after the last one
+    (:meth:`MaskGitState.run_on_device` drives it).
     """
 
     def guided_log_probs(self, tokens: np.ndarray) -> np.ndarray:
@@ -485,16 +490,18 @@ class MaskGitState:
         return [s for s in range(self.step, len(self.schedule)) if self.schedule[s] > 0]
 
     def device_plan(self, max_steps: int) -> Optional[np.ndarray]:
-        """The steps left, as rows for a device that runs them all without the host (runners.lm's
-        ChunkSession.run_on_device: each step's choice made where the LM ran): int32 [n, 6] of k, the seed's low
+        """The steps left, as rows for a device that runs them all without the host (GuidedLM.run_steps, see
+        :meth:`run_on_device`; on CUDA runners.lm's ChunkSession.run_on_device: each step's choice made where the
+        LM ran): int32 [n, 6] of k, the seed's low
         and high 32 bits, the Philox offset / 4's low and high 32 bits, and 1 where the step adds position noise.
 
-        None where the device cannot take them: sampled classes, noise drawn ahead, more than `max_steps` steps,
+        None where the device cannot take them: sampled classes, noise drawn ahead, more than `max_steps` steps
+        (none where `max_steps` is 0),
         or a [C, T] draw that PyTorch would spread over several Philox calls per thread (the device computes
         element i as word 0 of thread i's first call). Otherwise the generator advances as the host's steps would
         advance it (one [C, T] draw for each step with position noise): run the rows, then :meth:`finish_on_device`.
         """
-        if not self.greedy or self.position_noise is not None or self.done:
+        if not self.greedy or self.position_noise is not None or self.done or max_steps <= 0:
             return None
         steps = self._steps_left()
         noise = self.config.position_temperature > 0
@@ -508,6 +515,15 @@ class MaskGitState:
                 row[1:6] = (self.rng.seed & 0xFFFFFFFF, self.rng.seed >> 32, base & 0xFFFFFFFF, base >> 32, 1)
                 self.rng.offset = self.rng.offset + self.rng.launch(self.tokens.size)[1]
         return rows.astype(np.uint32).view(np.int32)
+
+    def run_on_device(self, lm: GuidedLM) -> Optional[list[int]]:
+        """Run every step left on ``lm``'s device (its ``device_steps`` and ``run_steps``, see :class:`GuidedLM`):
+        returns the steps run, or None where it cannot (then nothing was drawn; step on the host)."""
+        plan = self.device_plan(getattr(lm, "device_steps", 0))
+        if plan is None:
+            return None
+        tokens = lm.run_steps(self.tokens.copy(), plan, self.config) if len(plan) else self.tokens
+        return self.finish_on_device(tokens)
 
     def finish_on_device(self, tokens: np.ndarray) -> list[int]:
         """Take the tokens of a device that ran :meth:`device_plan`'s rows; returns the steps they covered."""

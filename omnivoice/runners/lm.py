@@ -14,12 +14,11 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from ..config import current
-from ..generate.maskgit import MaskGitState
 from ..ggml import Graph, Runtime, WeightStore, ffi, lib, types
 from ..ggml.backend import FATTN_MASK_ROW, FATTN_TYPED_OUT, FUSED_CASTS, GUIDED_PICK, MASKGIT_STEP
 from ..ggml.graph import DEFAULT_MAX_NODES, read_tensor, write_tensor
@@ -226,6 +225,12 @@ class LanguageModel:
     @property
     def metadata(self) -> dict:
         return self.store.metadata
+
+    @property
+    def device_maskgit(self) -> bool:
+        """Whether a lone greedy prompt's MaskGIT steps can run on the device (CUDA with patch 0024; a session
+        opened with device_steps, ChunkSession.run_on_device)."""
+        return self.maskgit_step is not None
 
     @property
     def context_length(self) -> int | None:
@@ -598,21 +603,25 @@ class ChunkSession:
         self.times = (prepare, launch + t1 - t0, time.perf_counter() - t1)
         return out
 
-    def run_on_device(self, state: MaskGitState) -> Optional[list[int]]:
-        """Run every step left of a lone greedy prompt's MaskGIT `state` on the device (CUDA with patch 0024): each
-        step is the graph's run and then the choice on the device, which writes the tokens into the next run's
-        ids, so the steps are queued back to back with no host work between them; the host waits once and puts
-        the tokens in place. Returns the steps run, or None where this session cannot (the caller steps on the
-        host): another backend or build, several prompts, sampled classes, more than MAX_DEVICE_STEPS steps.
-        The tokens are the host loop's, bit for bit (tests/models/test_lm_device_maskgit.py)."""
-        if not self._device_loop or self.graph is None or self._launched is not None:
-            return None
-        plan = state.device_plan(MAX_DEVICE_STEPS)
-        if plan is None:
-            return None
-        if len(plan) == 0:
-            return state.finish_on_device(state.tokens)
-        args, g, c = self._device_args(state, plan), self.graph, self.constants
+    @property
+    def device_steps(self) -> int:
+        """How many MaskGIT steps `run_on_device` takes at most now: MAX_DEVICE_STEPS for a lone greedy prompt of a
+        session opened with device_steps on CUDA with patch 0024, 0 elsewhere (the caller steps on the host)."""
+        return MAX_DEVICE_STEPS if self._device_loop and self.graph is not None and self._launched is None else 0
+
+    def run_on_device(self, tokens: np.ndarray, plan: np.ndarray, layer_penalty_factor: float,
+                      position_temperature: float, mask_id: int) -> np.ndarray:
+        """Run MaskGIT steps of the lone prompt on the device: each step is the graph's run and then the choice on
+        the device, which writes the tokens into the next run's ids, so the steps are queued back to back with no
+        host work between them; the host waits once. `tokens`: int32 [C, T] before the first step; `plan`: the
+        steps' rows (generate.maskgit.MaskGitState.device_plan: k, the Philox seed and offset, the noise flag).
+        Returns the tokens after the last step. Only where `device_steps` covers the plan (a ValueError
+        elsewhere). The tokens are the host loop's, bit for bit (tests/models/test_lm_device_maskgit.py)."""
+        if not 0 < len(plan) <= self.device_steps:
+            raise ValueError(f"ChunkSession.run_on_device: {len(plan)} steps, this session runs 1 to "
+                             f"{self.device_steps} on the device")
+        args, g, c = self._device_args(tokens, plan, layer_penalty_factor, position_temperature, mask_id), \
+            self.graph, self.constants
         backend = self.model.runtime.backend
         try:
             for _ in range(len(plan)):
@@ -625,30 +634,32 @@ class ChunkSession:
         if flags & 1:
             raise ValueError("MaskGIT: the LM produced NaN scores")
         if flags & 2:
-            raise ValueError(f"MaskGIT: the LM predicted the mask id {state.mask_id} for a position being unmasked")
+            raise ValueError(f"MaskGIT: the LM predicted the mask id {mask_id} for a position being unmasked")
         if flags or done != len(plan):
             raise RuntimeError(f"the device's MaskGIT ran {done} of {len(plan)} steps (error bits {flags})")
-        return state.finish_on_device(read_tensor(c["mg_tokens"]).reshape(state.tokens.shape))
+        return read_tensor(c["mg_tokens"]).reshape(np.shape(tokens)).astype(np.int32)
 
-    def _device_args(self, state: MaskGitState, plan: np.ndarray):
-        """run_on_device's start: the state's tokens, the plan and a zeroed step counter written to the device, the
-        graph's ids made from the tokens, and the kernel's arguments (cffi struct)."""
+    def _device_args(self, tokens: np.ndarray, plan: np.ndarray, layer_penalty_factor: float,
+                     position_temperature: float, mask_id: int):
+        """run_on_device's start: the tokens, the plan and a zeroed step counter written to the device, the graph's
+        ids made from the tokens, and the kernel's arguments (cffi struct)."""
         c, p, cfg, g = self.constants, self.prompts[0], self.cfg, self.graph
         (c0, u0), Lc, T = self.starts[0], p.input_ids.shape[1], p.n_target
-        write_tensor(c["mg_tokens"], state.tokens.reshape(-1), "mg_tokens")
+        tokens = np.asarray(tokens, np.int32)
+        write_tensor(c["mg_tokens"], tokens.reshape(-1), "mg_tokens")
         write_tensor(c["mg_plan"], np.concatenate([plan, np.zeros((MAX_DEVICE_STEPS - len(plan), 6), np.int32)]),
                      "mg_plan")
         write_tensor(c["mg_state"], np.zeros(2, np.int32), "mg_state")
-        g.set_input("audio_ids", self._audio_ids([state.tokens]))
-        temp = float(state.config.position_temperature)
+        g.set_input("audio_ids", self._audio_ids([tokens]))
+        temp = float(position_temperature)
         return ffi.new("struct ggml_cuda_maskgit_args *", dict(
             pred=ffi.cast("int32_t *", g.tensor("pred").data), score=ffi.cast("float *", g.tensor("score").data),
             tokens=ffi.cast("int32_t *", c["mg_tokens"].data), ids=ffi.cast("int32_t *", g.tensor("audio_ids").data),
             plan=ffi.cast("int32_t *", c["mg_plan"].data), state=ffi.cast("int32_t *", c["mg_state"].data),
             keys=ffi.cast("uint32_t *", c["mg_keys"].data),
-            penalty=float(np.float32(state.config.layer_penalty_factor)),
+            penalty=float(np.float32(layer_penalty_factor)),
             inv_temp=float(np.float32(1.0 / temp)) if temp > 0 else 0.0, C=cfg.n_codebook, T=T, L=self.L,
-            cond0=c0 + Lc - T, uncond0=u0, audio_vocab=cfg.audio_vocab, mask_id=state.mask_id, n_steps=len(plan)))
+            cond0=c0 + Lc - T, uncond0=u0, audio_vocab=cfg.audio_vocab, mask_id=mask_id, n_steps=len(plan)))
 
     def _results(self, out: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
         C = self.cfg.n_codebook
@@ -692,6 +703,42 @@ class ChunkSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class GuidedChunk:
+    """A one-prompt session as the MaskGIT loop's LM (generate.maskgit.GuidedLM): the guided argmax (launched
+    without waiting, so the loop draws its noise meanwhile) or the guided log-probs of the prompt's tokens, and,
+    where the session can (CUDA with patch 0024), whole runs of steps on the device (`device_steps`,
+    `run_steps`; MaskGitState.run_on_device)."""
+
+    def __init__(self, session: ChunkSession, mask_id: int) -> None:
+        self.session, self.mask_id = session, mask_id
+
+    @property
+    def device_steps(self) -> int:
+        return self.session.device_steps
+
+    def run_steps(self, tokens: np.ndarray, plan: np.ndarray, config) -> np.ndarray:
+        return self.session.run_on_device(tokens, plan, config.layer_penalty_factor, config.position_temperature,
+                                          self.mask_id)
+
+    def guided_argmax(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self.launch_guided_argmax(tokens)()
+
+    def launch_guided_argmax(self, tokens: np.ndarray) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+        self.session.launch([tokens])
+        return self._argmax
+
+    def _argmax(self) -> tuple[np.ndarray, np.ndarray]:
+        r = self.session.finish()[0]
+        if "pred" in r:
+            return r["pred"], r["score"]
+        lp = r["log_probs"]
+        lp[..., self.mask_id] = -np.inf
+        return lp.argmax(-1).astype(np.int32), lp.max(-1)
+
+    def guided_log_probs(self, tokens: np.ndarray) -> np.ndarray:
+        return self.session.step([tokens])[0]["log_probs"]
 
 
 # Steps a session runs on the device at most (its plan's rows, kept with the graph; a request's num_step is 32 by

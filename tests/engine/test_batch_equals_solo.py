@@ -130,7 +130,7 @@ def test_packed_lm_step_equals_solo_bit_for_bit(ov):
 
     settings = ov.settings()
     shapes = [("Hello world.", 37), ("Another, longer text for this one!", 61), ("x", 1), ("Hi", 2), ("z" * 40, 125)]
-    prompts = [ov.pipeline._prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
+    prompts = [ov.pipeline.prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
     rng = np.random.default_rng(0)
     tokens = []
     for p in prompts:
@@ -191,7 +191,7 @@ def test_padded_attention_agrees_with_per_segment_attention(ov, tiny_gguf, kv):
     settings = ov.settings()
     shapes = [("Hello world.", 37), ("Another, longer text for this one!", 61), ("x", 3), ("Hi", 40),
               ("z" * 40, 125)]
-    prompts = [ov.pipeline._prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
+    prompts = [ov.pipeline.prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
     tokens = [np.full((8, p.n_target), 1024, np.int32) for p in prompts]
     models = [LanguageModel(ov.lm.runtime, tiny_gguf["f32"], padded_attention=padded, variant=Variant())
               for padded in (False, True)]
@@ -228,7 +228,7 @@ def test_padded_outputs_scattered_in_the_products_type_equal_the_gather(ov, tiny
 
     settings = ov.settings()
     shapes = [("Hello world.", 37), ("Another, longer text for this one!", 61), ("x", 3), ("z" * 40, 125)]
-    prompts = [ov.pipeline._prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
+    prompts = [ov.pipeline.prompt(Chunk(text, T, None, None), settings)[1] for text, T in shapes]
     tokens = [np.full((8, p.n_target), 1024, np.int32) for p in prompts]
     # ggml's own products (a package kernel would take the F32 outputs where the BF16 ones fall back to ggml)
     models = [LanguageModel(ov.lm.runtime, tiny_gguf["bf16"], padded_attention=True, cpu_products="ggml",
@@ -310,7 +310,7 @@ def test_a_batch_over_the_gpu_position_limit_is_split(ov, monkeypatch):
 def _prompt(ov, text: str, n_target: int):
     from omnivoice.pipeline import Chunk
 
-    return ov.pipeline._prompt(Chunk(text, n_target, None, None), ov.settings())[1]
+    return ov.pipeline.prompt(Chunk(text, n_target, None, None), ov.settings())[1]
 
 
 def test_warm_up_leaves_the_engine_as_it_was(ov, ref_clip):

@@ -1,4 +1,5 @@
-"""A lone greedy chunk's MaskGIT steps run on the device (CUDA with patch 0024; runners.lm.ChunkSession.run_on_device):
+"""A lone greedy chunk's MaskGIT steps run on the device (CUDA with patch 0024; MaskGitState.run_on_device through
+runners.lm.GuidedChunk, ChunkSession.run_on_device):
 every step's choice made where the LM ran, the steps queued back to back. Its tokens must be the host loop's, bit for
 bit, and its generator must end where the host's does. Elsewhere (the CPU, Vulkan, a build without the patch) the
 session declines and the host steps, which these tests check too."""
@@ -11,7 +12,7 @@ import pytest
 from omnivoice.generate import CudaPhiloxGenerator, GenerationConfig, MaskGitState
 from omnivoice.ggml import lib, read_tensor
 from omnivoice.ggml.graph import shape_of, write_tensor
-from omnivoice.pipeline import _GuidedChunk
+from omnivoice.runners.lm import GuidedChunk
 from omnivoice.runners.lm import LanguageModel
 
 from .test_lm import random_prompt
@@ -47,12 +48,12 @@ def test_device_steps_equal_the_host_loop(model, rng, n_ref, position_temperatur
     for seed in (0, 7):
         host = MaskGitState(T, config, CudaPhiloxGenerator(seed, 64), mask_id=MASK_ID)
         with model.session([prompt], config.guidance_scale, True) as s:
-            guided = _GuidedChunk(s, MASK_ID)
+            guided = GuidedChunk(s, MASK_ID)
             while not host.done:
                 host.advance(guided)
         dev = MaskGitState(T, config, CudaPhiloxGenerator(seed, 64), mask_id=MASK_ID)
         with model.session([prompt], config.guidance_scale, True, device_steps=True) as s:
-            steps = s.run_on_device(dev)
+            steps = dev.run_on_device(GuidedChunk(s, MASK_ID))
         assert steps is not None and len(steps) == num_step and dev.done
         np.testing.assert_array_equal(dev.tokens, host.tokens, err_msg=f"seed {seed}")
         assert dev.rng.offset == host.rng.offset
@@ -74,7 +75,7 @@ def test_one_device_choice_ties_and_writes_the_ids_like_the_host(model, rng, pos
     score = rng.choice(np.float32([-1.0, -2.0, -2.5]), (C, T))
     with model.session([prompt], config.guidance_scale, True, device_steps=True) as s:
         plan = dev.device_plan(256)
-        args = s._device_args(dev, plan)
+        args = s._device_args(dev.tokens, plan, config.layer_penalty_factor, config.position_temperature, MASK_ID)
         # the graph's outputs as the guided pick leaves them: frame-major [T, C]
         for name, value in (("pred", pred), ("score", score)):
             t = s.graph.tensor(name)
@@ -100,13 +101,15 @@ def test_the_session_declines_what_the_device_cannot_run(model, rng):
     greedy = MaskGitState(T, GenerationConfig(num_step=4, position_temperature=5.0), CudaPhiloxGenerator(1),
                           mask_id=MASK_ID)
     with model.session([prompt], 2.0, True) as s:
-        assert s.run_on_device(greedy) is None
+        assert s.device_steps == 0 and greedy.run_on_device(GuidedChunk(s, MASK_ID)) is None
     with model.session([prompt], 2.0, True, device_steps=True) as s:
-        assert s.run_on_device(sampled) is None
+        assert sampled.run_on_device(GuidedChunk(s, MASK_ID)) is None
         if model.maskgit_step is None:
-            assert s.run_on_device(greedy) is None
+            assert s.device_steps == 0 and greedy.run_on_device(GuidedChunk(s, MASK_ID)) is None
+            with pytest.raises(ValueError, match="on the device"):
+                s.run_on_device(greedy.tokens, np.zeros((1, 6), np.int32), 5.0, 5.0, MASK_ID)
     with model.session([prompt, prompt], 2.0, True, device_steps=True) as s:
-        assert s.run_on_device(greedy) is None
+        assert s.device_steps == 0
     with model.session([prompt], 2.0, True, with_logits=True, device_steps=True) as s:
-        assert s.run_on_device(greedy) is None
+        assert s.device_steps == 0 and greedy.run_on_device(GuidedChunk(s, MASK_ID)) is None
     assert sampled.rng.offset == 0 and greedy.rng.offset == 0 and not greedy.done

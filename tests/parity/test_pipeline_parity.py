@@ -17,7 +17,7 @@ import pytest
 
 from omnivoice.generate.maskgit import GenerationConfig, teacher_force
 from omnivoice.codec.voice import VoicePrompt
-from omnivoice.pipeline import _GuidedChunk
+from omnivoice.runners.lm import GuidedChunk
 from omnivoice.runners.lm import LMInput
 
 from tests.golden_paths import GOLDEN
@@ -105,7 +105,7 @@ def test_teacher_forced_steps(ov, case):
         T = tokens.shape[1]
         steps = [np.where(unmask < s, tokens, MASK).astype(np.int32) for s in range(cfg.num_step)]
         with ov.lm.session([LMInput(ids, mask, T)], 2.0, greedy=True) as s:
-            choices = teacher_force(_GuidedChunk(s, MASK), steps, cfg)
+            choices = teacher_force(GuidedChunk(s, MASK), steps, cfg)
         for step, choice in enumerate(choices):
             want = np.flatnonzero(unmask.reshape(-1) == step)
             np.testing.assert_array_equal(np.sort(choice.positions), want, err_msg=f"call {k} step {step}")

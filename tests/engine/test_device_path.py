@@ -1,0 +1,139 @@
+"""The engine's device fast path (BatchEngine._on_device: a lone greedy task's chunk run whole on the device, CUDA
+with patch 0024) exercised on the CPU with the device's MaskGIT step emulated.
+
+Everything but the CUDA kernel is the real code: the engine's choice of the path, the session opened with
+device_steps (its graph and device-side state), MaskGitState.device_plan / run_on_device / finish_on_device and
+ChunkSession.run_on_device with its kernel arguments. The kernel is replaced by `FakeMaskGitStep`, which makes
+each step's choice in numpy from what the kernel is given (the graph's pred and score, the plan row's k, Philox
+seed and offset) and writes the tokens and the next run's ids where the kernel writes them. Its results must
+equal the host loop's, bit for bit, as the CUDA kernel's do on the GPU (tests/models/test_lm_device_maskgit.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from omnivoice.engine import BatchEngine, Task
+from omnivoice.engine.offline import prepare
+from omnivoice.generate import CudaPhiloxGenerator, gumbel_noise, top_k_positions
+from omnivoice.ggml import ffi
+
+from .helpers import assert_same_result, solo
+from .test_batch_equals_solo import LONG
+
+
+class FakeMaskGitStep:
+    """ggml_backend_cuda_maskgit_step's contract in numpy, on the CPU backend's host memory."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, backend, a) -> int:
+        C, T, L, V = a.C, a.T, a.L, a.audio_vocab
+
+        def view(ptr, dtype, n):
+            return np.frombuffer(ffi.buffer(ptr, n * np.dtype(dtype).itemsize), dtype)
+
+        state = view(a.state, np.int32, 2)
+        row = view(a.plan, np.uint32, 6 * (state[0] + 1))[-6:].astype(np.uint64)
+        tokens = view(a.tokens, np.int32, C * T)
+        pred = view(a.pred, np.int32, C * T).reshape(T, C).T.reshape(-1)  # the guided pick's frame-major order
+        score = view(a.score, np.float32, C * T).reshape(T, C).T
+        scores = (score - (np.arange(C, dtype=np.float32) * np.float32(a.penalty))[:, None]).reshape(-1)
+        if row[5]:
+            u = CudaPhiloxGenerator(int(row[1] | row[2] << 32), 4 * int(row[3] | row[4] << 32)).rand(C * T)
+            scores = scores * np.float32(a.inv_temp) + gumbel_noise(u)
+        scores = np.where(tokens == a.mask_id, scores, np.float32(-np.inf))
+        if np.isnan(scores).any():
+            state[1] |= 1
+            return 0
+        chosen = top_k_positions(scores, int(row[0]))
+        if (pred[chosen] == a.mask_id).any():
+            state[1] |= 2
+            return 0
+        tokens[chosen] = pred[chosen]
+        ids = view(a.ids, np.int32, C * L).reshape(C, L)
+        shifted = tokens.reshape(C, T) + (np.arange(C, dtype=np.int32) * V)[:, None]
+        ids[:, a.cond0:a.cond0 + T] = shifted
+        ids[:, a.uncond0:a.uncond0 + T] = shifted
+        state[0] += 1
+        self.calls += 1
+        return 0
+
+
+@pytest.fixture
+def device(ov, monkeypatch):
+    step = FakeMaskGitStep()
+    monkeypatch.setattr(ov.lm, "maskgit_step", step)
+    return step
+
+
+def requests(ref_clip) -> list[dict]:
+    ref, ref_text = ref_clip
+    return [
+        dict(text="Hello world, this is a test.", language="English", seed=11, num_step=6),
+        dict(text="Greedy and without noise.", seed=3, num_step=5, position_temperature=0.0),
+        dict(text="Bonjour à tous.", language="French", ref_audio=ref, ref_text=ref_text, seed=13, num_step=6),
+        dict(text=LONG, language="en", seed=14, num_step=4, chunk_duration=2.5, chunk_threshold=4.0),
+    ]
+
+
+def test_a_lone_request_runs_on_the_device_with_the_host_loops_tokens(ov, ref_clip, monkeypatch):
+    reqs = requests(ref_clip)
+    want = [solo(ov, r) for r in reqs]  # the host loop (no device step on the CPU)
+    step = FakeMaskGitStep()
+    monkeypatch.setattr(ov.lm, "maskgit_step", step)
+    for req, expected in zip(reqs, want):
+        before = step.calls
+        got = solo(ov, req)
+        assert_same_result(got, expected, req["text"][:20])
+        assert step.calls - before == req["num_step"] * len(expected.tokens), "every step ran on the device"
+
+
+def test_sampled_classes_and_packed_groups_step_on_the_host(ov, ref_clip, device):
+    sampled = dict(text="Sampled classes.", seed=16, num_step=4, class_temperature=0.7)
+    solo(ov, sampled)
+    assert device.calls == 0
+    batch = requests(ref_clip)[:3]
+    ov.synthesize_batch(batch, batch_size=3)
+    assert device.calls == 0  # three packed: the host steps them (the device takes one prompt)
+
+
+def test_progress_counts_each_step_of_a_device_chunk(ov, device):
+    seen = []
+    ov.synthesize("One. " * 3, num_step=3, seed=0, progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(1, 3), (2, 3), (3, 3)] and device.calls == 3
+
+
+def test_an_arrival_joins_at_the_device_chunks_end(ov, ref_clip, device):
+    """A long-form request alone runs its first chunk whole on the device; a request added meanwhile is admitted
+    at that chunk's end, and the two then step packed on the host. Both results equal their solo runs."""
+    long_form, other = requests(ref_clip)[3], requests(ref_clip)[0]
+    (req_a, set_a), (req_b, set_b) = prepare([long_form, other])
+    a, b = Task(req_a, set_a), Task(req_b, set_b)
+    with BatchEngine(ov, max_batch=4) as engine:
+        engine.add(a)
+        engine.step()
+        assert a.unit == 1 and engine.stats["device_chunks"] == 1 and device.calls == long_form["num_step"]
+        engine.add(b)
+        engine.step()
+        assert len(engine.active) == 2 and engine.stats["device_chunks"] == 1  # packed, on the host
+        while engine.busy:
+            engine.step()
+    assert a.error is None and b.error is None
+    assert_same_result(a.result, solo(ov, long_form), "long form")
+    assert_same_result(b.result, solo(ov, other), "arrival")
+
+
+def test_the_devices_error_bits_fail_the_request(ov, device, monkeypatch):
+    def nan_scores(backend, a):
+        np.frombuffer(ffi.buffer(a.state, 8), np.int32)[1] |= 1
+        return 0
+
+    monkeypatch.setattr(ov.lm, "maskgit_step", nan_scores)
+    with pytest.raises(ValueError, match="NaN"):
+        ov.synthesize("Fails on the device.", num_step=3, seed=0)
+    monkeypatch.setattr(ov.lm, "maskgit_step", device)
+    assert len(ov.synthesize("And the next one works.", num_step=2, seed=0, position_temperature=0.0).tokens) == 1
+    assert device.calls == 2
