@@ -9,10 +9,12 @@
     omnivoice_first_audio_seconds                per streamed request: seconds to the first audio (histogram)
     omnivoice_cancelled_requests_total           syntheses stopped before the end because the client went away
     omnivoice_model_loaded                       1 once the model is loaded
-    omnivoice_engine_steps_total                 packed LM steps the engine ran
+    omnivoice_engine_steps_total                 MaskGIT steps the engine ran (packed LM steps and steps on the device)
     omnivoice_engine_packed_requests_total       requests in those steps, summed (over steps: the mean batch)
     omnivoice_engine_graphs_total                LM graph switches (the set of packed chunks changed)
     omnivoice_engine_graphs_reused_total         of those, graphs kept from an earlier batch of the same shape
+    omnivoice_engine_device_chunks_total         chunks whose MaskGIT steps ran on the device (a lone greedy
+                                                 request on CUDA: the engine's fast path)
     omnivoice_engine_seconds_total{phase}        the engine thread's wall seconds by phase (BatchEngine.timings:
                                                  admit, graph, lm_ids, lm_run, lm_read, wait, maskgit, decode);
                                                  with the scrapes' wall time, whether the server is bound by the
@@ -39,7 +41,8 @@ class _EngineCounters:
     STEPS = (("steps", "Packed LM steps the engine ran"),
              ("packed_requests", "Requests in the engine's steps, summed"),
              ("graphs", "LM graph switches: the set of packed chunks changed"),
-             ("graphs_reused", "LM graph switches to a graph kept from an earlier batch of the same shape"))
+             ("graphs_reused", "LM graph switches to a graph kept from an earlier batch of the same shape"),
+             ("device_chunks", "Chunks whose MaskGIT steps ran on the device (a lone greedy request on CUDA)"))
 
     def __init__(self, read: Callable[[], Optional[dict]]) -> None:
         self.read = read

@@ -17,7 +17,7 @@ from .languages import UnknownLanguageError, resolve_language
 from .prompt import Prompt, build_prompt, combine_text, tokenize_with_nonverbal_tags
 from .request import TextRequest, prepare_request
 from .sentences import complete_sentences, split_sentences
-from .streaming import stream_arriving_sentences, stream_sentences
+from .streaming import StreamFeed, stream_arriving_sentences, stream_sentences
 from .tokenizer import Tokenizer
 from .voice_design import InstructError, instruct_uses_zh, resolve_instruct
 
@@ -32,6 +32,7 @@ __all__ = [
     "complete_sentences",
     "stream_sentences",
     "stream_arriving_sentences",
+    "StreamFeed",
     "chunk_text_punctuation",
     "chunk_len_for",
     "needs_chunking",
