@@ -14,7 +14,8 @@ Each sentence is one engine request, never chunked, so the sentences of many str
 batches with every other request. The voice is the request's (a library voice); without one, as in the engine's
 own streams, the first sentence's tokens and text voice the rest, so the later sentences wait for the first one's
 tokens. At most LOOKAHEAD sentences of a stream are in the engine at once: one long text does not take the
-batch's slots from other clients, and the next sentence is already generating while one is sent.
+batch's slots from other clients, and the next sentence is already generating while one is sent. (A voice-design
+instruct is worded, English or Chinese, by each sentence's own text.)
 """
 
 from __future__ import annotations

@@ -69,23 +69,26 @@ def serve(args) -> int:
         check_all(options)
     except OptionError as e:
         raise ValueError(flag_message(e, flags(OPTION_NAMES))) from None
-    server = AsyncServer.from_uri(args.uri)  # ValueError for a URI it cannot serve
-    library = VoiceLibrary(args.voices)
-    backend = load_backend(args.model, args.codec, backend=args.backend, quant=args.quant, threads=args.threads,
-                           max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
-                           cpu_products=args.cpu_products)
     try:
-        service = Service(backend, library, {**options, "language": args.language}, args.voice,
-                          args.samples_per_chunk)
-        try:
-            service.request(None)
-        except ValueError as e:
-            raise ValueError(f"--voice / --language: {e}") from None
-        logging.getLogger("omnivoice.wyoming").info("model %s loaded on %s; listening on %s", backend.model_name,
-                                                    backend.device, args.uri)
+        server = AsyncServer.from_uri(args.uri)
+    except ValueError as e:
+        raise ValueError(f"--uri {args.uri}: {e}") from None
+    # the default voice and language are checked before the model loads (the library needs no model)
+    service = Service(None, VoiceLibrary(args.voices), {**options, "language": args.language}, args.voice,
+                      args.samples_per_chunk)
+    try:
+        service.request(None)
+    except ValueError as e:
+        raise ValueError(f"--voice / --language: {e}") from None
+    service.backend = load_backend(args.model, args.codec, backend=args.backend, quant=args.quant,
+                                   threads=args.threads, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                                   max_queue=args.max_queue, cpu_products=args.cpu_products)
+    try:
+        logging.getLogger("omnivoice.wyoming").info("model %s loaded on %s; listening on %s",
+                                                    service.backend.model_name, service.backend.device, args.uri)
         asyncio.run(server.run(partial(Handler, service)))
     finally:
-        backend.close()
+        service.backend.close()
     return 0
 
 

@@ -47,10 +47,11 @@ ATTRIBUTION = Attribution(name="k2-fsa", url="https://github.com/k2-fsa/OmniVoic
 
 @dataclass
 class Service:
-    """What every connection shares: the backend (one batched engine), the voice library, and the defaults of
-    each synthesis (`options`: SynthesisRequest fields from the command line; `voice`: the default voice)."""
+    """What every connection shares: the backend (one batched engine; None until the model is loaded), the voice
+    library, and the defaults of each synthesis (`options`: SynthesisRequest fields from the command line;
+    `voice`: the default voice)."""
 
-    backend: SpeechBackend
+    backend: Optional[SpeechBackend]
     library: VoiceLibrary
     options: dict = field(default_factory=dict)
     voice: str = AUTO
