@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import numpy as np
 
-__all__ = ["Option", "OptionError", "TABLE", "DEFAULTS", "SAMPLER", "MAX_DURATION", "check", "check_all",
+__all__ = ["Option", "OptionError", "TABLE", "BY_NAME", "DEFAULTS", "SAMPLER", "MAX_DURATION", "check", "check_all",
            "flags", "add_arguments", "from_arguments", "flag_message", "pydantic_field"]
 
 # The longest `duration` one LM context holds: Qwen3's 40960 positions at the codec's 25 frames a second. Longer
