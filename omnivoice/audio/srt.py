@@ -50,9 +50,15 @@ class Cue:
 
 
 def _seconds(h: str, m: str, s: str, ms: str, where: str) -> float:
-    if len(h.lstrip("0")) > len(str(MAX_HOURS)) or int(h) > MAX_HOURS:
+    # leading zeros are stripped before int(): a 5 000-digit field of zeros and a 1 passed the length check and
+    # reached Python's 4 300-digit limit of int() ("Exceeds the limit", no file or line)
+    hours = h.lstrip("0") or "0"
+    if len(hours) > len(str(MAX_HOURS)) or int(hours) > MAX_HOURS:
         raise SrtError(f"{where}: time {h[:12]}{'...' if len(h) > 12 else ''}:{m}:{s},{ms} is past {MAX_HOURS} hours")
-    return int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000.0
+    return int(hours) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000.0
+
+
+MAX_CUE_DIGITS = 18  # a cue number fits an int64
 
 
 def parse_srt(text: str, source: str = "<srt>") -> list[Cue]:
@@ -74,7 +80,11 @@ def parse_srt(text: str, source: str = "<srt>") -> list[Cue]:
         m = _INDEX_RE.match(lines[i])
         if not m:
             raise SrtError(f"{source}:{i + 1}: expected a cue number, got {lines[i].strip()[:60]!r}")
-        index = int(m.group(1))
+        number = m.group(1).lstrip("0") or "0"
+        if len(number) > MAX_CUE_DIGITS:
+            raise SrtError(f"{source}:{i + 1}: cue number {number[:12]}... has {len(number)} digits; at most "
+                           f"{MAX_CUE_DIGITS} are taken")
+        index = int(number)
         i += 1
         if i >= n or not lines[i].strip():
             raise SrtError(

@@ -26,7 +26,7 @@ from .. import cli
 from ..arguments import thread_count
 from ..audio import MAX_REFERENCE_SECONDS, load_audio, preprocess_reference
 from ..audio.io import OUTPUT_FORMATS, output_format, write_audio
-from .rvq_format import FORMAT_OMNIVOICE, FORMATS, MAGIC, RvqFormatError, read_rvq, save_rvq
+from .rvq_format import FORMAT_OMNIVOICE, FORMATS, MAGIC, RvqFormatError, check_rates, read_rvq, save_rvq
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -93,11 +93,7 @@ def decode_file(args: argparse.Namespace, src: Path, dst: Path, fmt: str) -> str
     with _load(args, "decode") as codec:
         # after the load: omnivoice.cpp's headerless files take the codec's codebook count and size
         rvq = read_rvq(src, n_codebooks=codec.n_codebooks, codebook_size=codec.codebook_size)
-        # a headerless omnivoice.cpp file states no rates: its codes are the codec's by definition
-        if rvq.fmt == FORMAT_OMNIVOICE and (rvq.sample_rate != codec.sample_rate
-                                            or abs(rvq.frame_rate - codec.frame_rate) > 1e-6):
-            raise RvqFormatError(f"{src}: codes for {rvq.sample_rate} Hz at {rvq.frame_rate} frames/s, but the "
-                                 f"codec works at {codec.sample_rate} Hz and {codec.frame_rate} frames/s")
+        check_rates(rvq, codec.sample_rate, codec.frame_rate, src)
         if rvq.codebook_size != codec.codebook_size:
             raise RvqFormatError(f"{src}: codebook_size {rvq.codebook_size}, the codec has {codec.codebook_size}")
         audio = codec.decode(rvq.codes)

@@ -184,6 +184,16 @@ def read_rvq(path: PathLike, *, n_codebooks: int = 8, codebook_size: int = 1024)
                    ref_rms=None if unknown_rms else float(rms))
 
 
+def check_rates(rvq: RvqFile, sample_rate: int, frame_rate: float, path: PathLike) -> None:
+    """Refuse codes made for other rates than a codec's (`sample_rate` Hz, `frame_rate` frames/s), naming `path`:
+    one check for decoding a .rvq and for taking it as a voice prompt (which took sample rate 1 or 2^32 - 1 and
+    frame rate 1e-30 or 3.4e38 that decoding refused). omnivoice.cpp's headerless files state no rates: theirs
+    are the codec's by definition."""
+    if rvq.fmt == FORMAT_OMNIVOICE and (rvq.sample_rate != sample_rate or abs(rvq.frame_rate - frame_rate) > 1e-6):
+        raise RvqFormatError(f"{path}: codes for {rvq.sample_rate} Hz at {rvq.frame_rate:g} frames/s, but the codec "
+                             f"works at {sample_rate} Hz and {frame_rate:g} frames/s")
+
+
 def _read_headerless(p: Path, blob: bytes, n_codebooks: int, codebook_size: int) -> RvqFile:
     what = (f"{p}: not a .rvq file (no {MAGIC!r} magic; read as omnivoice.cpp's headerless .rvq for "
             f"{n_codebooks} codebooks of {codebook_size})")

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from .rvq_format import read_rvq, save_rvq
+from .rvq_format import check_rates, read_rvq, save_rvq
 
 __all__ = ["VoicePrompt", "transcript_path"]
 
@@ -56,12 +56,14 @@ class VoicePrompt:
 
     @classmethod
     def load(cls, path: str | os.PathLike, text: Optional[str] = None, *, n_codebooks: int = 8,
-             codebook_size: int = 1024) -> "VoicePrompt":
-        """Read a voice saved with save(), or any .rvq with its transcript given as `text`.
+             codebook_size: int = 1024, sample_rate: int = 24000, frame_rate: float = 25.0) -> "VoicePrompt":
+        """Read a voice saved with save(), or any .rvq with its transcript given as `text`; its codes must be for
+        the codec's `sample_rate` and `frame_rate` (OmniVoice's by default; rvq_format.check_rates).
 
         omnivoice.cpp's headerless .rvq files are read too; they hold neither the codec's number of codebooks
         nor its codebook size (pass the codec's; OmniVoice's by default), nor the clip's loudness (rms None)."""
         rvq = read_rvq(path, n_codebooks=n_codebooks, codebook_size=codebook_size)
+        check_rates(rvq, sample_rate, frame_rate, path)
         if text is None:
             side = transcript_path(path)
             if not side.is_file():

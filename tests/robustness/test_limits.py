@@ -155,6 +155,18 @@ def test_srt_times_of_99999999_hours_are_refused():
         parse_srt("1\n" + "9" * 400 + ":00:00,000 --> 00:00:01,000\nHello.\n")
 
 
+def test_srt_fields_of_5000_digits_are_clear_errors_with_file_and_line():
+    """A 5 000-digit hour field (zeros, then a 1) or cue number reached Python's 4 300-digit limit of int(): exit 2
+    with "Exceeds the limit" and no file or line."""
+    long_hour = "0" * 4999 + "2"
+    cues = parse_srt(f"1\n{long_hour}:00:00,000 --> {long_hour}:00:01,000\nHello.\n", "x.srt")
+    assert (cues[0].start, cues[0].end) == (7200.0, 7201.0)  # leading zeros are still a valid time
+    with pytest.raises(SrtError, match=r"x.srt:2: time 000000000000...:00:00,000 is past 99999 hours"):
+        parse_srt("1\n" + "0" * 4999 + "1" * 6 + ":00:00,000 --> 00:00:01,000\nHello.\n", "x.srt")
+    with pytest.raises(SrtError, match=r"x.srt:1: cue number 999999999999... has 5000 digits; at most 18"):
+        parse_srt("9" * 5000 + "\n00:00:00,000 --> 00:00:01,000\nHello.\n", "x.srt")
+
+
 def test_srt_cues_are_checked_before_any_is_synthesized(model, tmp_path):
     """Fuzzer cases srt:31 (a 9999-hour timeline: exit 3) and srt:55 (a 60-hour cue: SIGSEGV in the LM graph's
     allocation); a 10-hour cue, within one WAV file, is past the model's context."""
@@ -210,3 +222,17 @@ def test_audio_with_absurd_samples_is_refused_naming_the_input_on_every_path(mod
     assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.wav"]
     with pytest.raises(ValueError, match="ref_audio: reference audio: "):  # samples given as an array
         ov.create_voice((samples, 24000), "Hello.")
+
+
+@pytest.mark.parametrize("sample_rate, frame_rate", [(1, 25.0), (2**32 - 1, 25.0), (24000, 1e-30), (24000, 3.4e38)])
+def test_rvq_rates_are_checked_alike_as_a_voice_and_when_decoded(model, tmp_path, sample_rate, frame_rate):
+    """tts --ref-rvq took headers that codec -i refused: one check (rvq_format.check_rates) for both."""
+    path = tmp_path / "odd.rvq"
+    path.write_bytes(HEADER.pack(MAGIC, 1, 40, 8, 10, sample_rate, frame_rate, 1024, 0.1, 0)
+                     + np.zeros((8, 10), "<i4").tobytes())
+    words = (f"odd.rvq: codes for {sample_rate} Hz at {np.float32(frame_rate):g} frames/s, but the codec works at "
+             "24000 Hz and 25 frames/s")
+    refused(cli("tts", "Hallo.", *model, *FAST, "--ref-rvq", path, "--ref-text", "Hello.", "-o", tmp_path / "o.wav"),
+            words)
+    refused(cli("codec", "--model", model[3], "-i", path, "-o", tmp_path / "o.wav", "--backend", "cpu"), words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.rvq"]
