@@ -1,4 +1,5 @@
-"""Damage one thing in a copy of a GGUF file: a metadata value, or a tensor's type, shape or name.
+"""Damage one thing in a copy of a GGUF file: a metadata value, a tensor's type, shape or name, or one of its
+values.
 
 For tests that show a bad model file gets a clear error. Walks the header itself, from the format spec
 (independent of omnivoice.gguf's reader), and rewrites the field in place, so everything else (offsets, data,
@@ -43,6 +44,9 @@ class _Header:
             self.pos += 8 * n_dims
             self.tensors[name] = _Tensor(name_at, n_dims, ne_at, self.pos)
             self.pos += 4 + 8  # type, offset
+        align_at = self.kv.get("general.alignment")
+        align = struct.unpack_from("<I", self.data, align_at[1])[0] if align_at else 32
+        self.data_start = (self.pos + align - 1) // align * align  # the tensor data begins here
 
     def _take(self, fmt: str):
         (v,) = struct.unpack_from(fmt, self.data, self.pos)
@@ -116,5 +120,17 @@ def set_tensor(src: str | Path, dst: str | Path, name: str, *, ggml_type: int | 
         if len(raw) != len(name.encode()):
             raise ValueError("a new name must have the old one's byte length")
         data[t.name_at:t.name_at + len(raw)] = raw
+    Path(dst).write_bytes(data)
+    return Path(dst)
+
+
+def set_tensor_value(src: str | Path, dst: str | Path, name: str, index: int, value: float) -> Path:
+    """Copy `src` to `dst` with value `index` of the F32 tensor `name` set to `value`."""
+    data, h = _edit(src, dst)
+    t = h.tensors[name]
+    (ggml_type, offset) = struct.unpack_from("<IQ", data, t.type_at)
+    if ggml_type != 0:
+        raise ValueError(f"{name} is not an F32 tensor")
+    struct.pack_into("<f", data, h.data_start + offset + 4 * index, value)
     Path(dst).write_bytes(data)
     return Path(dst)

@@ -240,6 +240,15 @@ def read_gguf(path: str) -> GGUFFile:
             raise GGUFFormatError(f"{path}: tensor {name!r} ends at byte {start + n}, past the end of the file "
                                   f"({len(whole)} bytes): truncated?")
         tensors.append(TensorInfo(name, shape, ttype, whole[start:start + n]))
+    # Writers lay the data out in the order of the list, each tensor after the one before: an offset moved into
+    # its neighbour (64 bytes back) loaded and read the neighbour's tail as its own, finite and silently wrong.
+    end, before = 0, None
+    for (name, _, _, offset), t in zip(infos, tensors):
+        if offset < end:
+            raise GGUFFormatError(f"{path}: tensor {name!r} starts at data offset {offset}, inside the data of "
+                                  f"{before!r} before it (which ends at {end}): overlapping or out-of-order tensor "
+                                  "data")
+        end, before = max(end, offset + t.data.nbytes), name
     return GGUFFile(str(path), meta, tensors, mm, whole[data_start:], types)
 
 

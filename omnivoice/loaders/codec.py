@@ -61,8 +61,8 @@ def read_config(f: GGUFFile) -> CodecConfig:
             conv_stride=m.ints(K.SEM_CONV_STRIDE, n=n_feat),
             feat_extract_norm=m.str(K.SEM_FEAT_EXTRACT_NORM, ("group", "layer")),
             feat_proj_layer_norm=m.bool(K.SEM_FEAT_PROJ_LAYER_NORM), pos_conv_groups=m.int(K.SEM_NUM_CONV_POS_GROUPS),
-            pos_conv_trim=m.int(K.SEM_POS_CONV_TRIM, 0), eps=m.float(K.SEM_LAYER_NORM_EPS),
-            norm_eps=m.float(K.SEM_GROUP_NORM_EPS))
+            pos_conv_trim=m.int(K.SEM_POS_CONV_TRIM, 0), eps=m.eps(K.SEM_LAYER_NORM_EPS),
+            norm_eps=m.eps(K.SEM_GROUP_NORM_EPS))
         check(math.prod(hub.conv_stride) == hubert_hop, src, f"{K.SEM_CONV_STRIDE} {list(hub.conv_stride)} do "
               f"not multiply to {K.DOWNSAMPLE_FACTOR} = {hubert_hop}")
         width = m.int(K.SEM_HIDDEN_SIZE)
@@ -75,7 +75,7 @@ def read_config(f: GGUFFile) -> CodecConfig:
         sample_rate=rate, semantic_sample_rate=rate16, hop_length=hop, semantic_downsample_factor=every,
         upsampling_ratios=up, downsampling_ratios=down, n_quantizers=m.int(K.N_CODEBOOKS),
         codebook_size=m.int(K.CODEBOOK_SIZE), acoustic_input_pad=pads[0], semantic_input_pad=pads[1],
-        snake_eps=m.float(K.AC_SNAKE_EPS), decoder_tanh=m.bool(K.AC_DECODER_TANH, default=False), hubert=hub,
+        snake_eps=m.eps(K.AC_SNAKE_EPS), decoder_tanh=m.bool(K.AC_DECODER_TANH, default=False), hubert=hub,
         semantic=SemanticConfig(strides=strides, block_dilations=m.ints(K.SENC_BLOCK_DILATIONS)))
 
 
@@ -181,9 +181,18 @@ def _semantic(b: _Builder, m: Metadata, cfg: SemanticConfig) -> tuple[semantic.S
     return semantic.SemanticWeights(b.conv(N.SEMANTIC_CONV, (k, C, C), bias=False), tuple(blocks)), c_in
 
 
+def _check_channels(m: Metadata, key: str, want: list[int]) -> None:
+    """A block-width list (omnivoice.cpp reads it; the graphs take the widths from the hidden size and the
+    tensors) must name the widths the tensors have: 2^32 - 1 in it loaded and ran, a file that lies."""
+    if key in m.metadata:
+        got = m.ints(key, 1, len(want))
+        check(list(got) == want, m.source, f"{key} is {list(got)}, but the blocks' tensors are {want} wide")
+
+
 def _dac_encoder(b: _Builder, m: Metadata, cfg: CodecConfig, A: int) -> dac.DacEncoder:
     E, k_in, k_res, k_out = (m.int(K.AC_ENCODER_HIDDEN_SIZE), m.int(K.AC_KERNEL_SIZE), m.int(K.AC_RES_KERNEL),
                              m.int(K.AC_ENCODER_OUT_KERNEL))
+    _check_channels(m, K.AC_ENCODER_CHANNELS, [E * 2 ** (i + 1) for i in range(len(cfg.downsampling_ratios))])
     blocks, c = [], E
     for i, s in enumerate(cfg.downsampling_ratios):
         blocks.append(dac.EncoderBlock(
@@ -198,6 +207,7 @@ def _dac_decoder(b: _Builder, m: Metadata, cfg: CodecConfig, A: int) -> dac.DacD
     D, k_in, k_res = m.int(K.AC_DECODER_HIDDEN_SIZE), m.int(K.AC_KERNEL_SIZE), m.int(K.AC_RES_KERNEL)
     n = len(cfg.upsampling_ratios)
     check(D % 2 ** n == 0, m.source, f"{K.AC_DECODER_HIDDEN_SIZE} = {D} does not halve {n} times")
+    _check_channels(m, K.AC_DECODER_CHANNELS, [D // 2 ** (i + 1) for i in range(n)])
     blocks, c = [], D
     for i, s in enumerate(cfg.upsampling_ratios):
         # the transposed conv's weight in the stored layout [IC, K * OC], K = 2 s

@@ -27,7 +27,7 @@ def read_config(f: GGUFFile) -> LMConfig:
     cfg = LMConfig(
         n_layer=m.int(K.LM_BLOCK_COUNT), n_embd=m.int(K.LM_EMBEDDING_LENGTH), n_ff=m.int(K.LM_FEED_FORWARD_LENGTH),
         n_head=m.int(K.LM_HEAD_COUNT), n_head_kv=m.int(K.LM_HEAD_COUNT_KV), head_dim=m.int(K.LM_KEY_LENGTH),
-        rms_eps=m.float(K.LM_RMS_EPS), rope_theta=m.float(K.LM_ROPE_FREQ_BASE),
+        rms_eps=m.eps(K.LM_RMS_EPS), rope_theta=m.float(K.LM_ROPE_FREQ_BASE),
         n_codebook=m.int(K.NUM_AUDIO_CODEBOOK), audio_vocab=m.int(K.AUDIO_VOCAB_SIZE, 2),
         audio_mask_id=m.int(K.AUDIO_MASK_ID, 0), n_vocab=m.int(K.LM_VOCAB_SIZE))
     # the last layer block_count names must be in the file (the others' tensors are checked one by one at load),
@@ -44,6 +44,8 @@ def read_config(f: GGUFFile) -> LMConfig:
           f"{K.LM_KEY_LENGTH} = {cfg.head_dim}; the graph has one head size")
     check(cfg.audio_mask_id < cfg.audio_vocab, src, f"{K.AUDIO_MASK_ID} = {cfg.audio_mask_id} is not an id below "
           f"{K.AUDIO_VOCAB_SIZE} = {cfg.audio_vocab}")
+    if K.AUDIO_CODEBOOK_WEIGHTS in f.metadata:  # the training loss's weights: unused here, but a NaN says the
+        m.floats(K.AUDIO_CODEBOOK_WEIGHTS, cfg.n_codebook)  # file is not what it claims to be
     if K.CODEBOOK_LAYER_OFFSETS in f.metadata:  # the graph shifts codebook k's ids by k * audio_vocab
         offsets = m.ints(K.CODEBOOK_LAYER_OFFSETS, 0, cfg.n_codebook)
         want = tuple(k * cfg.audio_vocab for k in range(cfg.n_codebook))

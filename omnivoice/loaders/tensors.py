@@ -22,6 +22,13 @@ VECTOR = (types.F32,)                                       # norms, biases, sca
 CONV = (types.F32,)                                         # conv kernels: im2col columns are F32
 
 
+# The range of a norm's epsilon: the models' are 1e-9 (snake) to 1e-5 (layer and group norms).
+MIN_EPS, MAX_EPS = 1e-12, 0.1
+# Tensors up to this many values are checked for NaN and infinities at load: norms, biases, scales, codebooks and
+# the like, cheap to read whole (the matrices are not).
+SMALL_TENSOR = 1 << 20
+
+
 class ModelFileError(ValueError):
     """A model file is readable GGUF but does not hold what the model needs (names the file and the problem)."""
 
@@ -71,6 +78,14 @@ class Metadata:
             raise self._bad(key, v, "a finite number > 0" if positive else "a finite number")
         return float(v)
 
+    def eps(self, key: str) -> float:
+        """An epsilon (a norm's or a division's): from MIN_EPS to MAX_EPS. 1e-45 loaded and ran, silently wrong
+        (a denormal the sums drown)."""
+        v = self.float(key)
+        if not MIN_EPS <= v <= MAX_EPS:
+            raise self._bad(key, v, f"an epsilon from {MIN_EPS:g} to {MAX_EPS:g}")
+        return v
+
     def floats(self, key: str, n: int | None = None) -> tuple[float, ...]:
         """A list of finite numbers, of length `n` when given."""
         v = self._get(key)
@@ -94,6 +109,9 @@ class Metadata:
         if not isinstance(v, str) or (choices is not None and v not in choices):
             raise self._bad(key, v, "one of " + ", ".join(map(repr, choices)) if choices else "a string")
         return v
+
+
+_FLOATS = {types.F32: np.float32, types.F16: np.float16}
 
 
 def _type_names(allowed: Iterable[int]) -> str:
@@ -126,6 +144,12 @@ class TensorLoader:
         if t.tensor_type not in allowed:
             raise ModelFileError(f"{self.source}: tensor {name!r} has type {types.type_name(t.tensor_type)}, expected "
                                  f"{'one of ' if len(allowed) > 1 else ''}{_type_names(allowed)}")
+        if t.tensor_type in _FLOATS and math.prod(t.shape) <= SMALL_TENSOR:
+            values = t.data.view(_FLOATS[t.tensor_type])
+            bad = int(values.size - np.count_nonzero(np.isfinite(values)))
+            if bad:
+                raise ModelFileError(f"{self.source}: tensor {name!r} holds {bad} NaN or infinite value"
+                                     f"{'s' if bad > 1 else ''} of {values.size}")
         return t
 
     def get(self, name: str, ne: Sequence[int], allowed: Sequence[int] = VECTOR) -> Tensor:

@@ -18,12 +18,13 @@ from omnivoice.ggml import ne_of, read_tensor
 from omnivoice.ggml.graph import tensor_name
 from omnivoice.gguf import keys as K, names as N, read_gguf
 
-from ..gguf_edit import set_array_item, set_key, set_tensor
+from ..gguf_edit import set_array_item, set_key, set_tensor, set_tensor_value
 from .conftest import load_in_subprocess
 
 DEC_CONV1 = N.tensor(N.DAC_DEC_CONV_IN, N.WEIGHT)
 ENC_CONV1 = N.tensor(N.DAC_ENC_CONV_IN, N.WEIGHT)
 SNAKE = N.tensor(N.DAC_DEC_RES_UNIT, N.RES_SNAKE1, N.ALPHA, i=3, j=2)
+CODEBOOK_0 = "quantizer.quantizers.0.codebook.embed"
 
 DAMAGE = {
     "conv_as_i32": (lambda s, d: set_tensor(s, d, DEC_CONV1, ggml_type=26),
@@ -54,6 +55,21 @@ DAMAGE = {
                    re.escape(f"'{SNAKE}' has ggml shape [1, 2, 1], expected [1, 4, 1]")),
     "missing_fc2": (lambda s, d: set_tensor(s, d, "fc2.weight", rename="fc3.weight"), r"'fc2\.weight' is missing"),
     "conv_bias_claimed": (lambda s, d: set_key(s, d, K.SEM_CONV_BIAS, True), r"conv_layers\.0\.conv\.bias' is missing"),
+    # files that loaded and ran, silently wrong (issue 56)
+    "decoder_channels_huge": (lambda s, d: set_array_item(s, d, K.AC_DECODER_CHANNELS, 2, 2**32 - 1),
+                              r"decoder_channels is \[32, 16, 4294967295, 4, 2\], but the blocks' tensors are "
+                              r"\[32, 16, 8, 4, 2\] wide"),
+    "encoder_channels": (lambda s, d: set_array_item(s, d, K.AC_ENCODER_CHANNELS, 0, 9),
+                         r"encoder_channels is \[9, 16, 32, 64, 128\], but the blocks' tensors are \[8, 16"),
+    "snake_eps_tiny": (lambda s, d: set_key(s, d, K.AC_SNAKE_EPS, 1e-45), r"snake_eps is 1\.4\d*e-45, expected an "
+                                                                         r"epsilon from 1e-12 to 0\.1"),
+    "group_norm_eps_big": (lambda s, d: set_key(s, d, K.SEM_GROUP_NORM_EPS, 10.0), r"group_norm_eps is 10\.0"),
+    "codebook_nan": (lambda s, d: set_tensor_value(s, d, CODEBOOK_0, 7, float("nan")),
+                     re.escape(f"tensor '{CODEBOOK_0}' holds 1 NaN or infinite value of")),
+    "snake_inf": (lambda s, d: set_tensor_value(s, d, SNAKE, 1, float("-inf")),
+                  re.escape(f"tensor '{SNAKE}' holds 1 NaN or infinite value of 4")),
+    "data_into_neighbour": (lambda s, d: set_tensor(s, d, DEC_CONV1, move_by=-64),
+                            r"inside the data of .* before it .*overlapping or out-of-order tensor data"),
 }
 
 

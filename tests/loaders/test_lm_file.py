@@ -20,11 +20,12 @@ from omnivoice.ggml.graph import tensor_name
 from omnivoice.gguf import keys as K, names as N, read_gguf
 from omnivoice.loaders import ModelFileError
 
-from ..gguf_edit import set_array_item, set_key, set_tensor
+from ..gguf_edit import set_array_item, set_key, set_tensor, set_tensor_value
 from .conftest import ROOT, load_in_subprocess
 
 Q_NORM_0 = N.layer(N.LM_ATTN_Q_NORM, 0)
 Q_PROJ_1 = N.layer(N.LM_ATTN_Q, 1)
+DOWN_1 = N.layer(N.LM_FFN_DOWN, 1)
 
 # name -> (edit of the tiny F32 LM file, what the error must say)
 DAMAGE = {
@@ -64,6 +65,18 @@ DAMAGE = {
                         r"starts at data offset \d+, not a multiple of general\.alignment = 64"),
     "tensor_twice": (lambda s, d: set_tensor(s, d, Q_PROJ_1, rename=N.layer(N.LM_ATTN_K, 1)),
                      r"tensor 'llm\.layers\.1\.self_attn\.k_proj\.weight' appears twice"),
+    # files that loaded and gave finite audio, silently wrong (issue 56)
+    "data_into_neighbour": (lambda s, d: set_tensor(s, d, DOWN_1, move_by=-64),
+                            re.escape(f"tensor '{DOWN_1}' starts at data offset") + r" \d+, inside the data of "
+                            r"'llm\.layers\.1\.mlp\.up_proj\.weight' before it .*overlapping or out-of-order"),
+    "codebook_weights_nan": (lambda s, d: set_array_item(s, d, K.AUDIO_CODEBOOK_WEIGHTS, 0, float("nan")),
+                             r"audio_codebook_weights is \[nan, 8\.0, .*expected 8 finite numbers"),
+    "rms_eps_tiny": (lambda s, d: set_key(s, d, K.LM_RMS_EPS, 1e-45),
+                     r"epsilon is 1\.4\d*e-45, expected an epsilon from 1e-12 to 0\.1"),
+    "norm_nan": (lambda s, d: set_tensor_value(s, d, Q_NORM_0, 3, float("nan")),
+                 re.escape(f"tensor '{Q_NORM_0}' holds 1 NaN or infinite value of 16")),
+    "norm_inf": (lambda s, d: set_tensor_value(s, d, N.LM_OUTPUT_NORM, 0, float("inf")),
+                 r"tensor 'llm\.norm\.weight' holds 1 NaN or infinite value of 64"),
     "missing_tensor": (lambda s, d: set_tensor(s, d, N.LM_OUTPUT_NORM, rename="llm.norx.weight"),
                        r"tensor 'llm\.norm\.weight' is missing \(expected ggml shape \[64\], type f32\)"),
 }
@@ -138,14 +151,15 @@ def test_records_hold_the_files_tensors(runtime, tiny_gguf, stack):
 
 
 def test_stacked_parts_must_share_their_type(runtime, tiny_gguf, tmp_path):
-    """k retyped F32 beside F16 q and v (its bytes now run into the next tensor, which the format allows): each
-    part is a valid matrix, but no one matrix can hold their rows, so stacking is refused by name."""
+    """k retyped Q8_0 beside F16 q and v (its bytes, read as Q8_0, end inside its own F16 data: a retype to a
+    larger type would run into the next tensor, which the reader refuses): each part is a valid matrix, but no one
+    matrix can hold their rows, so stacking is refused by name."""
     from omnivoice.gguf import open_model
     from omnivoice.loaders import lm as loader
 
     k = N.layer(N.LM_ATTN_K, 0)
     assert read_gguf(str(tiny_gguf["f16"])).tensor(k).tensor_type == 1
-    f = open_model(set_tensor(tiny_gguf["f16"], tmp_path / "mixed.gguf", k, ggml_type=0), loader.ARCH)
+    f = open_model(set_tensor(tiny_gguf["f16"], tmp_path / "mixed.gguf", k, ggml_type=8), loader.ARCH)
     with pytest.raises(ModelFileError, match=r"cannot stack llm\.layers\.0\.self_attn\.qkv_proj\.weight: .* types "
-                                             r"differ .*k_proj\.weight f32"):
+                                             r"differ .*k_proj\.weight q8_0"):
         loader.load_weights(runtime, f, loader.read_config(f), stack=True)
