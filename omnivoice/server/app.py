@@ -61,10 +61,8 @@ class ServerState:
         self.backend = None
         self.load_error: Optional[BaseException] = None
         self.library = VoiceLibrary(config.voices)
-        self.metrics = Metrics(lambda: self.backend.queue_depth if self.backend else 0,
-                               lambda: self.backend.active if self.backend else 0,
-                               lambda: 1 if self.backend else 0,
-                               lambda: self.backend.counters() if self.backend else None)
+        self.metrics = Metrics(lambda: self.backend.engines() if self.backend else [],
+                               lambda: self.backend.more_metrics() if self.backend else b"")
 
     def require_backend(self):
         """The loaded backend, or a 503 saying why there is none yet."""

@@ -20,7 +20,10 @@ __all__ = ["SynthesisRequest", "EngineFull", "Job", "SpeechBackend", "load_backe
 
 
 class SpeechBackend:
-    """What the server needs of the model: submit jobs, encode voices, count text tokens, describe itself."""
+    """What the server needs of the model: start jobs, encode voices, count text tokens, describe itself.
+
+    The routes use this interface only; omnivoice.server.ray's RemoteBackend gives the same over Ray Serve
+    replicas."""
 
     def __init__(self, ov, max_batch: Union[str, int] = "auto", max_wait_ms: float = 10.0,
                  max_queue: int = 64) -> None:
@@ -50,6 +53,15 @@ class SpeechBackend:
     def counters(self) -> dict:
         """The engine's cumulative counters (Engine.counters), for /metrics."""
         return self.engine.counters()
+
+    def engines(self) -> list[tuple[dict, dict]]:
+        """The engine's figures for /metrics: one unlabelled EngineSnapshot (omnivoice.server.metrics)."""
+        return [({}, {"queue_depth": self.queue_depth, "active": self.active, "loaded": 1,
+                      "counters": self.counters()})]
+
+    def more_metrics(self) -> bytes:
+        """Other metrics for /metrics, in the Prometheus text format: none here."""
+        return b""
 
     @property
     def queue_depth(self) -> int:

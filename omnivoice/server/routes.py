@@ -73,7 +73,7 @@ async def health(request: Request):
 
 @router.get("/metrics")
 async def metrics(request: Request):
-    return Response(_state(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(await run_in_threadpool(_state(request).metrics.render), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/models")
@@ -207,7 +207,7 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
     backend = state.require_backend()
     t0 = time.perf_counter()
     try:
-        job = backend.submit(synth, stream=body.stream_format is not None)
+        job = await backend.start(synth, stream=body.stream_format is not None)
     except EngineFull as e:
         raise APIError(503, str(e), "queue_full", headers={"Retry-After": str(int(np.ceil(e.retry_after)))})
     except ValueError as e:
@@ -217,17 +217,22 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
         return await _whole(request, job, fmt, backend.sample_rate, t0)
     pieces = _pieces(request, job, fmt, backend.sample_rate, t0)
     if body.stream_format == "sse":
-        n_input = backend.count_tokens(body.input)
         frames_per_sample = backend.frame_rate / backend.sample_rate
-        return StreamingResponse(_sse(pieces, n_input, frames_per_sample), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(_sse(pieces, lambda: backend.count_tokens(body.input), frames_per_sample),
+                                 media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     return StreamingResponse(_bytes_only(pieces), media_type=encoding.MEDIA_TYPES[fmt])
 
 
 async def _whole(request: Request, job, fmt: str, sample_rate: int, t0: float) -> Response:
     done = asyncio.wrap_future(job.future)
-    async with _cancel_on_disconnect(request, job) as client:
-        await asyncio.wait({done})
+    try:
+        async with _cancel_on_disconnect(request, job) as client:
+            await asyncio.wait({done})
+    except asyncio.CancelledError:  # the request's task was cancelled (Ray Serve: its client went away)
+        if not job.done:
+            _state(request).metrics.watch_cancel(job)
+            job.cancel()
+        raise
     if not done.cancelled():
         done.exception()  # retrieved: else asyncio logs "Future exception was never retrieved" for a client gone
     if client.gone:
@@ -259,7 +264,7 @@ async def _pieces(request: Request, job, fmt: str, sample_rate: int, t0: float) 
     metrics = _state(request).metrics
     encoder = encoding.encoder(fmt, sample_rate)
     chunks = job.chunks()
-    samples, first = 0, True
+    samples, first, complete = 0, True, False
     try:
         async with _cancel_on_disconnect(request, job) as client:
             while True:
@@ -280,10 +285,12 @@ async def _pieces(request: Request, job, fmt: str, sample_rate: int, t0: float) 
                     yield data, len(audio)
         yield encoder.finish(), 0
         metrics.produced(samples / sample_rate, time.perf_counter() - t0)
+        complete = True
     finally:
-        if not job.done:  # the client went away (or the stream failed): stop the work
-            metrics.watch_cancel(job)
-            job.cancel()
+        if not complete:  # the client went away (or the stream failed): stop the work, count it if it stops
+            metrics.watch_cancel(job)  # (on Ray Serve the job may be cancelled already, with its request)
+            if not job.done:
+                job.cancel()
 
 
 async def _bytes_only(pieces) -> AsyncIterator[bytes]:
@@ -292,9 +299,10 @@ async def _bytes_only(pieces) -> AsyncIterator[bytes]:
             yield data
 
 
-async def _sse(pieces, n_input_tokens: int, frames_per_sample: float) -> AsyncIterator[bytes]:
-    """speech.audio.delta events (base64 audio), then speech.audio.done with usage (output tokens: the codec's
-    frames); an error event on failure."""
+async def _sse(pieces, count_input_tokens, frames_per_sample: float) -> AsyncIterator[bytes]:
+    """speech.audio.delta events (base64 audio), then speech.audio.done with usage (input tokens:
+    `count_input_tokens()`, counted off the event loop once the audio is out; output tokens: the codec's frames);
+    an error event on failure."""
     samples = 0
     try:
         async for data, n in pieces:
@@ -307,6 +315,7 @@ async def _sse(pieces, n_input_tokens: int, frames_per_sample: float) -> AsyncIt
         yield _event({"type": "error", "error": {"message": str(e), "type": kind, "param": None, "code": None}})
         return
     frames = round(samples * frames_per_sample)
+    n_input_tokens = await run_in_threadpool(count_input_tokens)
     yield _event({"type": "speech.audio.done", "usage": {
         "input_tokens": n_input_tokens, "output_tokens": frames, "total_tokens": n_input_tokens + frames}})
 
