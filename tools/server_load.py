@@ -15,7 +15,11 @@
    loop; the first round of one request each is a warm-up that is not counted when --warmup), all of one
    sentence, or with --vary of 2 to 18 words in turn. Reported: audio seconds produced per wall second,
    requests per second, and request latency p50 / p95; and, from the server's /metrics, what its engine
-   thread did meanwhile (steps, mean batch, graph switches, seconds by phase).
+   thread did meanwhile (steps, mean batch, graph switches, seconds by phase; summed over a Ray Serve app's
+   replicas, whose engines' seconds then add up to more than the wall time).
+
+The Ray Serve app (docs/SERVING.md) is started with the server's own flags after --server-args:
+    python tools/server_load.py --model M.gguf --codec C.gguf --backend cuda --server-args --ray --replicas 2
 
 With --in-process there is no server: the same requests (the server's schema and voices make them) go to
 `OmniVoice.engine()` in this process, so that a run beside one over HTTP shows what the web layer costs.
@@ -156,7 +160,8 @@ class Http:
         return time.perf_counter() - t0, len(r.content) / 2 / RATE
 
     async def engine_counters(self) -> dict[str, float]:
-        """The server's omnivoice_engine_* counters from /metrics (phases as `seconds_<phase>`)."""
+        """The server's omnivoice_engine_* counters from /metrics (phases as `seconds_<phase>`), summed over the
+        replicas of a Ray Serve app (labelled `replica`)."""
         from prometheus_client.parser import text_string_to_metric_families
 
         out = {}
@@ -164,7 +169,8 @@ class Http:
             for s in family.samples:
                 if s.name.startswith("omnivoice_engine_") and s.name.endswith("_total"):
                     key = s.name[len("omnivoice_engine_"):-len("_total")]
-                    out[f"{key}_{s.labels['phase']}" if "phase" in s.labels else key] = s.value
+                    key = f"{key}_{s.labels['phase']}" if "phase" in s.labels else key
+                    out[key] = out.get(key, 0.0) + s.value
         return out
 
 

@@ -10,6 +10,8 @@
     metrics.py      Prometheus counters
     errors.py       OpenAI's error JSON for every failure
     engine_adapter.py   the only module that touches the model (over the batched engine, omnivoice.engine)
+    ray.py          the same app on Ray Serve: model replicas behind one endpoint (extra [ray], docs/SERVING.md)
+    ray_router.py   its Serve request router: each synthesis to the replica with the least queued audio
 """
 
 __all__ = ["ServerConfig", "create_app"]

@@ -22,11 +22,17 @@ EPILOG = f"""\
 bound before the server starts: a bad model or a port in use is one error line, status 2 or 1. The model then
 loads in the background: GET /health answers 503 until it is ready; a model that cannot be loaded stops the
 server with status 2 (bad input) or 1. SIGINT and SIGTERM shut it down gracefully.
+
+With --ray the same API is served by Ray Serve (omnivoice.server.ray, docs/SERVING.md): model replicas (a GPU
+each by default) behind one endpoint, requests routed to the replica with the least queued audio, --replicas
+MIN..MAX autoscaled by queue length. Without --address a local Ray cluster is started (and stopped at exit).
 {EXIT_STATUS_HELP}
 
 examples:
   python -m omnivoice.server --model ./OmniVoice --voices ./voices
   OMNIVOICE_API_KEY=secret python -m omnivoice.server --host 0.0.0.0 --port 8000 --backend cuda
+  python -m omnivoice.server --ray --replicas 2 --model ./OmniVoice --voices ./voices       # two GPUs
+  python -m omnivoice.server --ray --address auto --replicas 1..8 --voices /shared/voices   # a cluster
 """
 
 
@@ -56,6 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--body-timeout", type=float, default=30.0,
                    help="seconds a request body may go without a byte before its connection is closed (default 30)")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    g = p.add_argument_group("Ray Serve (extra [ray]; docs/SERVING.md)")
+    g.add_argument("--ray", action="store_true", help="serve on Ray Serve: model replicas behind one endpoint")
+    g.add_argument("--address", help="Ray cluster to join (e.g. auto, or HOST:6379; default: start a local one)")
+    g.add_argument("--replicas", default="1", help="model replicas: N, or MIN..MAX to autoscale (default 1)")
+    g.add_argument("--gpus-per-replica", type=float, default=1.0,
+                   help="GPUs per model replica (default 1; 0.5: two replicas share a GPU; 0: CPU replicas)")
+    g.add_argument("--cpus-per-replica", type=float,
+                   help="CPUs Ray reserves per model replica (default 1 with GPUs, else --threads or 1)")
+    g.add_argument("--target-ongoing", type=float, default=16.0,
+                   help="autoscaling: requests queued or running per replica to aim for (default 16)")
     return p
 
 
@@ -132,6 +148,8 @@ def listen(host: str, port: int) -> socket.socket:
 
 def serve(args) -> int:
     """Run the server until it is stopped; raises the load failure when the model cannot be loaded."""
+    if args.ray:
+        return serve_ray(args)
     try:
         import uvicorn
 
@@ -178,6 +196,44 @@ def _serve_on(sock: socket.socket, args, config, uvicorn, create_app) -> int:
     if not server.started:
         raise OSError(f"the server did not start on {where} (see the log above)")
     return 0
+
+
+def serve_ray(args) -> int:
+    """Deploy the Ray Serve app (omnivoice.server.ray) and keep it up until SIGINT / SIGTERM (cli.run raises
+    them here); then delete it (and stop the local cluster this started)."""
+    import time
+
+    try:
+        import ray
+        from ray import serve as ray_serve
+
+        from .ray import APP_NAME, absolute_paths, build, ray_options_of
+    except ImportError as e:
+        raise ValueError(f"--ray needs the extra: pip install 'omnivoice-ggml[ray]' ({e})") from None
+    from ..resolve import check_model
+
+    config = absolute_paths(config_from_args(args))
+    options = ray_options_of(args)
+    if args.address is None:  # a local cluster: the replicas see this machine's files (a cluster's hosts may not)
+        check_model(config.model, config.codec)
+    if not options["gpus_per_replica"] and args.backend == "auto":
+        config.backend = "cpu"
+    ray.init(address=args.address or None, include_dashboard=False,
+             logging_level=args.log_level.upper(), log_to_driver=args.log_level == "debug")
+    started = args.address is None
+    try:
+        ray_serve.start(http_options={"host": args.host, "port": args.port})
+        ray_serve.run(build(config, **options), name=APP_NAME, route_prefix="/", blocking=False)
+        log.info("listening on http://%s:%d (Ray Serve app %r; Ctrl-C to quit)", args.host, args.port, APP_NAME)
+        while True:
+            time.sleep(3600)
+    finally:
+        try:
+            ray_serve.delete(APP_NAME)
+            if started:
+                ray_serve.shutdown()
+        finally:
+            ray.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,447 @@
+"""The speech server on Ray Serve: one OpenAI-compatible endpoint over many model replicas (extra [ray]).
+
+    python -m omnivoice.server --ray --replicas 2 --model ./OmniVoice --voices /shared/voices
+    serve run omnivoice.server.ray:app model=./OmniVoice voices=/shared/voices replicas=1..4
+    serve deploy docs/serve.yaml                      # the same app from a config file (docs/SERVING.md)
+
+    client -> Serve's HTTP proxy -> SpeechIngress (FastAPI: the plain server's app, routes and gates)
+                                      | DeploymentHandle, routed by LeastQueuedAudio
+                                      v
+                                    SpeechModel replicas: one OmniVoice and its batched engine each, one device
+
+`SpeechIngress` serves `create_app` of omnivoice.server.app, the plain server's app, whole: every route,
+format, streaming mode, error, gate and metric is the same code; only its backend differs. There it is a
+`RemoteBackend` (this module), which hands each synthesis to a `SpeechModel` replica and relays its answer:
+the replica's `speak` is a streaming call whose first message says whether its engine took the request (so a
+full queue or a bad request is answered before any audio, as by the plain server), then the audio (a piece
+per sentence when streamed: relayed as it comes, never gathered), then the tokens. A request the client
+abandons is cancelled through Serve (`DeploymentResponseGenerator.cancel`), which cancels the replica's
+generator, which cancels the engine's job.
+
+Routing: `LeastQueuedAudio`, a Serve request router, sends each synthesis to the replica with the least audio
+still to make: the seconds of the requests this ingress sent it that have not finished, or the replica's own
+figure (its routing stats: audio promised by unfinished jobs, less what they made) when that is larger (other
+ingress replicas' work). Serve itself keeps each replica under `max_ongoing_requests`.
+
+Voices: the library is the plain server's folder (`--voices`), read and written by the ingress only; a
+synthesis carries its voice prompt (a few KB of codes) to the model replica, so model replicas on any host
+need no shared files and see an upload at once. Several ingress replicas on several hosts need the folder on
+a shared filesystem (the default is one ingress replica, beside Serve's proxy).
+
+Metrics: GET /metrics is the plain server's, with the engine figures (queue depth, active requests, model
+loaded, omnivoice_engine_*) once per model replica, labelled `replica`: the replicas report them to Serve
+with their routing stats (every ROUTING_STATS_PERIOD_S). Serve's own metrics (ray_serve_*) are exported by
+Ray's metrics agent on each node, the usual Prometheus target of a Ray cluster.
+
+Faults: a replica that dies takes its requests with it: each is answered 503 `replica_failed` (a stream that
+had started ends with an SSE error event, or is cut short); a request whose replica died before taking it
+is sent to another. Serve starts a replacement replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+from collections import defaultdict
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from .app import ServerConfig, create_app, default_loader
+from .errors import APIError
+from .ray_router import LeastQueuedAudio, router_of
+
+try:
+    from ray import serve
+    from ray.exceptions import RayActorError
+    from ray.serve.config import RequestRouterConfig
+    from ray.serve.exceptions import RequestCancelledError
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError(f"the Ray Serve app needs its extra: pip install 'omnivoice-ggml[ray]' ({e})") from None
+
+log = logging.getLogger("omnivoice.server")
+
+__all__ = ["SpeechModel", "SpeechIngress", "LeastQueuedAudio", "RemoteBackend", "build", "app",
+           "parse_replicas", "APP_NAME"]
+
+APP_NAME = "omnivoice"
+ROUTING_STATS_PERIOD_S = 1.0  # how often each replica reports its queued audio and engine figures
+START_ATTEMPTS = 3            # replicas tried for a request whose replica died before taking it
+INGRESS_MAX_ONGOING = 1024    # HTTP requests one ingress replica holds at once (streams wait in it for audio)
+
+
+def parse_replicas(text: str) -> tuple[int, int]:
+    """`--replicas N` or `MIN..MAX` -> (min, max); ValueError naming the flag."""
+    lo, sep, hi = str(text).partition("..")
+    try:
+        bounds = (int(lo), int(hi if sep else lo))
+    except ValueError:
+        raise ValueError(f"--replicas must be N or MIN..MAX (integers), got {text!r}") from None
+    if bounds[0] < 1 or bounds[1] < bounds[0]:
+        raise ValueError(f"--replicas {text}: need 1 <= MIN <= MAX")
+    return bounds
+
+
+def expected_audio_s(request, frame_rate: float) -> float:
+    """The seconds of audio a request will make, as the engine plans them (its duration, else the text's
+    estimate): what the router balances."""
+    from ..text.duration import estimate_target_tokens
+
+    if request.duration:
+        return float(request.duration)
+    return estimate_target_tokens(request.text, speed=request.speed or 1.0) / frame_rate
+
+
+# ----------------------------------------------------------------------------------------------- model replicas
+class SpeechModel:
+    """A model replica: one OmniVoice and its batched engine (omnivoice.server.engine_adapter) on one device."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.backend = default_loader(config)
+        try:
+            self.replica = serve.get_replica_context().replica_id.unique_id
+        except Exception:  # outside Serve (a plain object): no id
+            self.replica = "local"
+        # a thread per job waiting for its next piece of audio: as many as the engine may hold
+        self._waiters = concurrent.futures.ThreadPoolExecutor(config.max_queue + 64, "omnivoice-wait")
+        self._promised: dict[int, float] = {}  # job -> audio seconds still to come (the routing stats)
+        log.info("replica %s: model %s on %s", self.replica, self.backend.model_name, self.backend.device)
+
+    def describe(self) -> dict:
+        b = self.backend
+        return {"model": b.model_name, "device": b.device, "sample_rate": b.sample_rate,
+                "frame_rate": b.frame_rate, "replica": self.replica}
+
+    async def speak(self, request, stream: bool = False, audio_s: float = 0.0):
+        """Synthesize one request, as messages: first ("accepted",), ("full", retry_after, message) or
+        ("invalid", message); then ("audio", float32 samples) per sentence when streamed; then
+        ("done", whole audio or None when streamed, tokens), or ("invalid", message) / ("cancelled",)."""
+        from ..engine import EngineFull
+        from ..pipeline import Cancelled
+
+        try:
+            job = self.backend.submit(request, stream)
+        except EngineFull as e:
+            yield ("full", e.retry_after, str(e))
+            return
+        except ValueError as e:
+            yield ("invalid", str(e))
+            return
+        key = id(job)
+        self._promised[key] = audio_s
+        loop = asyncio.get_running_loop()
+        try:
+            yield ("accepted",)
+            if stream:
+                chunks = job.chunks()
+                while True:
+                    piece = await loop.run_in_executor(self._waiters, next, chunks, None)
+                    if piece is None:
+                        break
+                    self._promised[key] = max(0.0, self._promised[key] - len(piece) / self.backend.sample_rate)
+                    yield ("audio", piece)
+            result = await asyncio.wrap_future(job.future)
+            yield ("done", None if stream else result.audio, result.tokens)
+        except Cancelled:  # the engine is closing
+            yield ("cancelled",)
+        except ValueError as e:
+            yield ("invalid", str(e))
+        finally:  # also when Serve cancels the call (the client went away): stop the work
+            self._promised.pop(key, None)
+            if not job.done:
+                job.cancel()
+
+    async def create_voice(self, samples: np.ndarray, sample_rate: int, transcript: str):
+        """The voice prompt of a reference clip (ValueError for unusable audio comes back as ("invalid", ...))."""
+        try:
+            return ("ok", await asyncio.to_thread(self.backend.create_voice, samples, sample_rate, transcript))
+        except ValueError as e:
+            return ("invalid", str(e))
+
+    def count_tokens(self, text: str) -> int:
+        return self.backend.count_tokens(text)
+
+    def record_routing_stats(self) -> dict:
+        """Serve polls this every ROUTING_STATS_PERIOD_S: what LeastQueuedAudio and /metrics read."""
+        b = self.backend
+        return {"queued_audio_s": float(sum(self._promised.values())), "queue_depth": b.queue_depth,
+                "active": b.active, "loaded": 1, "counters": b.counters()}
+
+    def __del__(self) -> None:  # Serve's graceful shutdown of the replica
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            self.backend = None
+            backend.close()
+
+
+# ----------------------------------------------------------------------------------------------- the ingress side
+_END = object()
+
+
+class RemoteJob:
+    """A synthesis running on a model replica, as the routes see a local engine Job: `future` (its
+    SynthesisResult), `chunks()` (blocking, from a worker thread), `cancel()`, `done`."""
+
+    def __init__(self, replies, stream: bool, sample_rate: int) -> None:
+        self.future: concurrent.futures.Future = concurrent.futures.Future()
+        self.stream, self.sample_rate = stream, sample_rate
+        self._replies = replies
+        self._pieces: queue.Queue = queue.Queue()
+        self._relay = asyncio.ensure_future(self._run())
+
+    @property
+    def done(self) -> bool:
+        return self.future.done()
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """Float32 audio: a piece per sentence as the replica makes it (stream), else the whole once; then the
+        request's error, if any."""
+        while (piece := self._pieces.get()) is not _END:
+            yield piece
+        exc = self.future.exception()
+        if exc is not None:
+            raise exc
+
+    def cancel(self) -> None:
+        """Cancel the call on the replica (which cancels the engine's job)."""
+        if not self.future.done():
+            self._replies.cancel()
+
+    async def _run(self) -> None:
+        from ..pipeline import Cancelled, SynthesisResult
+
+        pieces: list[np.ndarray] = []
+        outcome: Any = RuntimeError("the model replica ended the request without an answer")
+        try:
+            async for message in self._replies:
+                kind = message[0]
+                if kind == "audio":
+                    pieces.append(message[1])
+                    self._pieces.put(message[1])
+                elif kind == "done":
+                    audio = message[1] if message[1] is not None else (
+                        np.concatenate(pieces) if pieces else np.zeros(0, np.float32))
+                    if not self.stream:
+                        self._pieces.put(audio)
+                    outcome = SynthesisResult(audio, self.sample_rate, list(message[2]), [])
+                elif kind == "invalid":
+                    outcome = ValueError(message[1])
+                elif kind == "cancelled":
+                    outcome = Cancelled("the model replica is shutting down")
+        except (asyncio.CancelledError, RequestCancelledError):
+            outcome = Cancelled("cancelled")
+        except RayActorError as e:
+            outcome = replica_failed(e)
+        except Exception as e:  # the replica raised: an internal error (500), as the plain server's
+            outcome = e
+        finally:
+            if isinstance(outcome, BaseException):
+                self.future.set_exception(outcome)
+            else:
+                self.future.set_result(outcome)
+            self._pieces.put(_END)
+
+
+def replica_failed(e: BaseException) -> APIError:
+    log.error("a model replica failed during a request: %s", e)
+    return APIError(503, "the model replica serving this request failed; retry the request", "replica_failed",
+                    headers={"Retry-After": "1"})
+
+
+class RemoteBackend:
+    """The routes' backend (engine_adapter.SpeechBackend's interface) over the SpeechModel replicas."""
+
+    def __init__(self, handle) -> None:
+        self.handle = handle
+        self._speak = handle.options(stream=True).speak
+        info = handle.describe.remote().result()
+        self.sample_rate, self.frame_rate = int(info["sample_rate"]), float(info["frame_rate"])
+        self.model_name, self.device = info["model"], f"Ray Serve replicas: {info['device']}"
+
+    async def start(self, request, stream: bool = False) -> RemoteJob:
+        """Send `request` to the least loaded replica; EngineFull / ValueError as the replica's engine says."""
+        from ..engine import EngineFull
+
+        audio_s = expected_audio_s(request, self.frame_rate)
+        for attempt in range(START_ATTEMPTS):
+            replies = self._speak.remote(request, stream, audio_s=audio_s)
+            try:
+                first = await replies.__anext__()
+            except RayActorError as e:  # died before taking it: nothing was done, another replica may
+                if attempt + 1 == START_ATTEMPTS:
+                    raise replica_failed(e) from None
+                log.warning("a model replica failed before taking a request (%s); sending it to another", e)
+                continue
+            except StopAsyncIteration:
+                raise RuntimeError("the model replica ended the request without an answer") from None
+            if first[0] == "full":
+                raise EngineFull(first[1], 0) from None
+            if first[0] == "invalid":
+                raise ValueError(first[1])
+            return RemoteJob(replies, stream, self.sample_rate)
+        raise AssertionError("unreachable")
+
+    def create_voice(self, samples: np.ndarray, sample_rate: int, transcript: str):
+        """Blocking (the routes call it from a worker thread): a replica encodes the clip."""
+        kind, value = self.handle.create_voice.remote(samples, sample_rate, transcript).result()
+        if kind == "invalid":
+            raise ValueError(value)
+        return value
+
+    def count_tokens(self, text: str) -> int:
+        """Blocking (from a worker thread)."""
+        return int(self.handle.count_tokens.remote(text).result())
+
+    def engines(self) -> list[tuple[dict, dict]]:
+        """Each live replica's engine figures (its last routing stats), labelled by replica id."""
+        router = router_of(self.handle.deployment_id)
+        if router is None:
+            return []
+        return [({"replica": rid}, stats) for rid, stats in router.replica_stats() if stats]
+
+    def more_metrics(self) -> bytes:
+        """Serve's own metrics (the ray_serve_* families) from the metrics agent of every live node."""
+        return serve_metrics()
+
+    def counters(self) -> dict:
+        """The replicas' engine counters, summed."""
+        total: dict = {"seconds": defaultdict(float)}
+        for _, stats in self.engines():
+            for k, v in stats["counters"].items():
+                if k == "seconds":
+                    for phase, s in v.items():
+                        total["seconds"][phase] += s
+                else:
+                    total[k] = total.get(k, 0) + v
+        total["seconds"] = dict(total["seconds"])
+        return total
+
+    @property
+    def queue_depth(self) -> int:
+        return int(sum(s.get("queue_depth", 0) for _, s in self.engines()))
+
+    @property
+    def active(self) -> int:
+        return int(sum(s.get("active", 0) for _, s in self.engines()))
+
+    def close(self) -> None:
+        """The replicas are Serve's to stop."""
+
+
+def serve_metrics(timeout: float = 2.0) -> bytes:
+    """The ray_serve_* families of every live node's metrics agent (Ray's Prometheus export), each family's
+    samples from all nodes under one HELP / TYPE header. A node that does not answer is left out."""
+    import urllib.request
+
+    import ray
+
+    families: dict[str, list[str]] = {}
+    for node in ray.nodes():
+        port = node.get("MetricsExportPort")
+        if not node.get("Alive") or not port:
+            continue
+        try:
+            url = f"http://{node['NodeManagerAddress']}:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=timeout) as r:
+                text = r.read().decode()
+        except OSError as e:
+            log.debug("metrics of node %s: %s", node.get("NodeManagerAddress"), e)
+            continue
+        family = None
+        for line in text.splitlines():
+            if line.startswith("# HELP ") or line.startswith("# TYPE "):
+                name = line.split(" ", 3)[2]
+                family = name if name.startswith("ray_serve_") else None
+                if family is not None:
+                    lines = families.setdefault(family, [])
+                    if not any(x.startswith(line[:7]) for x in lines):  # one HELP and one TYPE a family
+                        lines.insert(len([x for x in lines if x.startswith("#")]), line)
+            elif family is not None and line and not line.startswith("#"):
+                families[family].append(line)
+    return "".join(line + "\n" for lines in families.values() for line in lines).encode()
+
+
+@serve.ingress()
+class SpeechIngress:
+    """The HTTP side: the plain server's FastAPI app (create_app) over a RemoteBackend."""
+
+    def __init__(self, model, config: ServerConfig) -> None:
+        self.model, self.config = model, config
+        config.voices.mkdir(parents=True, exist_ok=True)
+
+    def __serve_build_asgi_app__(self):
+        return create_app(self.config, loader=lambda config: RemoteBackend(self.model))
+
+
+# ----------------------------------------------------------------------------------------------- the application
+def build(config: ServerConfig, replicas: tuple[int, int] = (1, 1), gpus_per_replica: float = 1.0,
+          cpus_per_replica: Optional[float] = None, target_ongoing: float = 16.0):
+    """The Serve application: `replicas` (min, max) model replicas, autoscaled by ongoing requests per
+    replica (`target_ongoing`) when min < max; each takes `gpus_per_replica` GPUs (0: a CPU replica, running
+    on `cpus_per_replica` CPUs, default config.threads or 1) and loads the model on the device Ray gives it."""
+    lo, hi = replicas
+    cpus = cpus_per_replica if cpus_per_replica is not None else (
+        1.0 if gpus_per_replica else float(config.threads or 1))
+    options: dict = {
+        "ray_actor_options": {"num_cpus": cpus, "num_gpus": gpus_per_replica},
+        # Serve's own cap per replica; the engine's queue (max_queue, 503 beyond) is the real limit
+        "max_ongoing_requests": config.max_queue + 64,
+        "request_router_config": RequestRouterConfig(request_router_class=LeastQueuedAudio,
+                                                     request_routing_stats_period_s=ROUTING_STATS_PERIOD_S),
+        "max_constructor_retry_count": 2,  # a model that cannot load fails the deployment, not 20 retries
+        "graceful_shutdown_timeout_s": 10,
+    }
+    if lo == hi:
+        options["num_replicas"] = lo
+    else:
+        options["autoscaling_config"] = {"min_replicas": lo, "max_replicas": hi,
+                                         "target_ongoing_requests": target_ongoing}
+    if gpus_per_replica and config.backend == "auto":
+        config = _replace(config, backend="cuda")  # the GPU Ray assigns (CUDA_VISIBLE_DEVICES) is device 0
+    model = serve.deployment(SpeechModel).options(name="SpeechModel", **options).bind(config)
+    ingress = serve.deployment(SpeechIngress).options(
+        name="SpeechIngress", max_ongoing_requests=INGRESS_MAX_ONGOING,
+        ray_actor_options={"num_cpus": 0})  # I/O and encoding: it takes no CPU from the replicas
+    return ingress.bind(model, config)
+
+
+def _replace(config: ServerConfig, **changes) -> ServerConfig:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)
+
+
+def ray_options_of(args) -> dict:
+    """build()'s keyword arguments from the CLI's parsed arguments."""
+    return {"replicas": parse_replicas(args.replicas), "gpus_per_replica": float(args.gpus_per_replica),
+            "cpus_per_replica": args.cpus_per_replica, "target_ongoing": float(args.target_ongoing)}
+
+
+def app(args: dict):
+    """`serve run omnivoice.server.ray:app model=... voices=... replicas=1..4` (or a Serve config's
+    import_path with `args:`): an application builder whose arguments are `python -m omnivoice.server`'s
+    flags without the dashes (max_queue=64, gpus_per_replica=0, ...)."""
+    from .__main__ import build_parser, config_from_args
+
+    argv: list[str] = []
+    for key, value in (args or {}).items():
+        flag = "--" + str(key).replace("_", "-")
+        argv += [flag] if value is True else [] if value is False else [f"{flag}={value}"]
+    try:
+        parsed = build_parser().parse_args(argv)
+    except SystemExit:  # argparse has printed what is wrong
+        raise ValueError(f"omnivoice.server.ray:app: bad arguments {args!r} (see the message above)") from None
+    return build(absolute_paths(config_from_args(parsed)), **ray_options_of(parsed))
+
+
+def absolute_paths(config: ServerConfig) -> ServerConfig:
+    """The config with its local paths made absolute: replicas do not start in the caller's directory."""
+    import os
+
+    def local(p: Optional[str]) -> Optional[str]:
+        return os.path.abspath(p) if p and os.path.exists(p) else p
+
+    return _replace(config, voices=config.voices.absolute(), model=local(config.model), codec=local(config.codec))
+
