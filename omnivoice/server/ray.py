@@ -181,19 +181,29 @@ _END = object()
 
 
 class RemoteJob:
-    """A synthesis running on a model replica, as the routes see a local engine Job: `future` (its
-    SynthesisResult), `chunks()` (blocking, from a worker thread), `cancel()`, `done`."""
+    """A synthesis sent to a model replica, as the routes see a local engine Job: `future` (its SynthesisResult),
+    `chunks()` (blocking, from a worker thread), `cancel()`, `done`; and `accepted()`, which waits for the
+    replica's engine to take it. Made on the event loop, whose task relays the replica's messages."""
 
     def __init__(self, replies, stream: bool, sample_rate: int) -> None:
         self.future: concurrent.futures.Future = concurrent.futures.Future()
         self.stream, self.sample_rate = stream, sample_rate
         self._replies = replies
         self._pieces: queue.Queue = queue.Queue()
+        self._answered = asyncio.Event()            # the replica took the request, refused it, or died
+        self._refusal: Optional[BaseException] = None
         self._relay = asyncio.ensure_future(self._run())
 
     @property
     def done(self) -> bool:
         return self.future.done()
+
+    async def accepted(self) -> None:
+        """Return once the replica's engine has taken the request; else raise why not: EngineFull, ValueError,
+        or _DiedFirst (the replica died before taking it: nothing was done)."""
+        await self._answered.wait()
+        if self._refusal is not None:
+            raise self._refusal
 
     def chunks(self) -> Iterator[np.ndarray]:
         """Float32 audio: a piece per sentence as the replica makes it (stream), else the whole once; then the
@@ -210,6 +220,7 @@ class RemoteJob:
             self._replies.cancel()
 
     async def _run(self) -> None:
+        from ..engine import EngineFull
         from ..pipeline import Cancelled, SynthesisResult
 
         pieces: list[np.ndarray] = []
@@ -217,7 +228,9 @@ class RemoteJob:
         try:
             async for message in self._replies:
                 kind = message[0]
-                if kind == "audio":
+                if kind == "accepted":
+                    self._answered.set()
+                elif kind == "audio":
                     pieces.append(message[1])
                     self._pieces.put(message[1])
                 elif kind == "done":
@@ -226,22 +239,39 @@ class RemoteJob:
                     if not self.stream:
                         self._pieces.put(audio)
                     outcome = SynthesisResult(audio, self.sample_rate, list(message[2]), [])
+                elif kind == "full":
+                    outcome = self._refusal = EngineFull(message[1], 0)
                 elif kind == "invalid":
                     outcome = ValueError(message[1])
+                    if not self._answered.is_set():
+                        self._refusal = outcome
                 elif kind == "cancelled":
                     outcome = Cancelled("the model replica is shutting down")
         except (asyncio.CancelledError, RequestCancelledError):
             outcome = Cancelled("cancelled")
         except RayActorError as e:
             outcome = replica_failed(e)
+            if not self._answered.is_set():
+                self._refusal = _DiedFirst(e)
         except Exception as e:  # the replica raised: an internal error (500), as the plain server's
             outcome = e
         finally:
+            if not self._answered.is_set() and self._refusal is None:
+                self._refusal = outcome if isinstance(outcome, BaseException) else RuntimeError("no answer")
+            self._answered.set()
             if isinstance(outcome, BaseException):
                 self.future.set_exception(outcome)
             else:
                 self.future.set_result(outcome)
             self._pieces.put(_END)
+
+
+class _DiedFirst(Exception):
+    """The replica died before taking the request."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def replica_failed(e: BaseException) -> APIError:
@@ -260,27 +290,24 @@ class RemoteBackend:
         self.sample_rate, self.frame_rate = int(info["sample_rate"]), float(info["frame_rate"])
         self.model_name, self.device = info["model"], f"Ray Serve replicas: {info['device']}"
 
-    async def start(self, request, stream: bool = False) -> RemoteJob:
-        """Send `request` to the least loaded replica; EngineFull / ValueError as the replica's engine says."""
-        from ..engine import EngineFull
+    def submit(self, request, stream: bool = False) -> RemoteJob:
+        """Send `request` to the replica with the least queued audio (from the event loop); the replica's
+        refusal (EngineFull, ValueError) comes out of the job's future, as its failures do."""
+        return RemoteJob(self._speak.remote(request, stream, audio_s=expected_audio_s(request, self.frame_rate)),
+                         stream, self.sample_rate)
 
-        audio_s = expected_audio_s(request, self.frame_rate)
+    async def start(self, request, stream: bool = False) -> RemoteJob:
+        """`submit`, once the replica's engine took the request: EngineFull or ValueError at once, as the local
+        engine's submit; a request whose replica died before taking it goes to another."""
         for attempt in range(START_ATTEMPTS):
-            replies = self._speak.remote(request, stream, audio_s=audio_s)
+            job = self.submit(request, stream)
             try:
-                first = await replies.__anext__()
-            except RayActorError as e:  # died before taking it: nothing was done, another replica may
+                await job.accepted()
+                return job
+            except _DiedFirst as e:
                 if attempt + 1 == START_ATTEMPTS:
-                    raise replica_failed(e) from None
+                    raise replica_failed(e.cause) from None
                 log.warning("a model replica failed before taking a request (%s); sending it to another", e)
-                continue
-            except StopAsyncIteration:
-                raise RuntimeError("the model replica ended the request without an answer") from None
-            if first[0] == "full":
-                raise EngineFull(first[1], 0) from None
-            if first[0] == "invalid":
-                raise ValueError(first[1])
-            return RemoteJob(replies, stream, self.sample_rate)
         raise AssertionError("unreachable")
 
     def create_voice(self, samples: np.ndarray, sample_rate: int, transcript: str):

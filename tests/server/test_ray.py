@@ -137,6 +137,21 @@ def test_streams_come_a_sentence_at_a_time(rserver):
     assert events[-1]["usage"]["input_tokens"] > 0
 
 
+def test_the_websocket_speaks_text_in_pieces_as_the_whole_text(rserver):
+    """WS /v1/audio/speech/stream through Serve's proxy: each sentence is a request of its own (on either
+    replica); text split at every character gives the whole text's sentences and audio."""
+    from omnivoice.text.streaming import stream_sentences
+
+    from .test_ws import TEXT, _check_offsets, _utterance, _ws
+
+    with _ws(rserver) as ws:
+        whole, audio, _ = _utterance(ws, {"seed": 7, "language": "English"}, [TEXT])
+    with _ws(rserver) as ws:
+        split, audio_split, _ = _utterance(ws, {"seed": 7, "language": "English"}, list(TEXT))
+    assert _check_offsets(whole) == _check_offsets(split) == stream_sentences(TEXT)
+    assert audio_split == audio
+
+
 def test_auth_and_errors_are_the_plain_servers(rserver):
     r = httpx.post(f"{rserver.url}/v1/audio/speech", json={"input": "x"}, timeout=30)
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
