@@ -29,6 +29,11 @@
 #           shaders) and the F32 parity with either shaders
 #   ray     on two GPUs (nvidia-h200-x2; carry .whl-ray from RAY=1 prepare_carry.sh): python -m omnivoice.batch
 #           --ray over a 64-request manifest in seven languages on one GPU actor, then two; scaling and tokens
+#   serve   the speech server on Ray Serve (carry .whl-ray from RAY=1 prepare_carry.sh; its first arm repeats the
+#           server part's figures, so name one of the two): tools/server_load.py against the plain server, then
+#           `--ray --replicas 1`, then `--ray --replicas 2 --gpus-per-replica 0.5` (two replicas on the one GPU),
+#           each with CLIENTS (1,8,32) clients of REQUESTS (4) and TTFB_REPEATS (10) first audios; a table of the
+#           three (first audio p50 / p99 of the runs, audio s per s and p50 latency per client count)
 # Each part gets what is left of BUDGET_S (570 s) and is skipped, saying so, when it would not fit. TF32=off keeps
 # NVIDIA_TF32_OVERRIDE=0 after the tests (the timings otherwise run with TF32 as a user's process has it).
 # Results in $OUT (a call brings back at most eight files): h200_checks.log (every table), tests-cuda.log and
@@ -198,13 +203,16 @@ if part vulkan && fits 200 "vulkan"; then
   done
 fi
 
+install_ray() {  # Ray (and Serve's wheels) from the carried .whl-ray, unless the image has them
+  python3 -c "import ray.serve" 2>/dev/null && return 0
+  stamp "unpack Ray (.whl-ray)"
+  { xz -T0 -dc .whl-ray/ray.tar.xz | tar -C "$W/site" -xf - &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" .whl-ray/*.whl; } \
+    > "$R/ray-install.log" 2>&1 || { tail -20 "$R/ray-install.log"; exit 1; }
+}
+
 if part ray && fits 120 "ray"; then
-  if ! python3 -c "import ray" 2>/dev/null; then
-    stamp "unpack Ray (.whl-ray)"
-    { xz -T0 -dc .whl-ray/ray.tar.xz | tar -C "$W/site" -xf - &&
-      python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/site" .whl-ray/*.whl; } \
-      > "$R/ray-install.log" 2>&1 || { tail -20 "$R/ray-install.log"; exit 1; }
-  fi
+  install_ray
   M=$W/ray-manifest/lines.jsonl
   python3 tools/batch_bench.py --write-manifest "$M" --sizes "${RAY_N:-64}" --mix multilingual --steps 32 || exit 1
   export RAY_USAGE_STATS_ENABLED=0; unset RAY_ADDRESS
@@ -225,6 +233,46 @@ one, two = W / "ray-out-1", W / "ray-out-2"
 names = sorted(p.name for p in one.glob("*.npy"))
 same = sum((two / n).is_file() and np.array_equal(np.load(one / n), np.load(two / n)) for n in names)
 print(f"tokens equal between one and two actors: {same} of {len(names)} items")
+EOF
+fi
+if part serve && fits 240 "serve"; then
+  install_ray
+  export RAY_USAGE_STATS_ENABLED=0; unset RAY_ADDRESS
+  if [ "$BACKEND" = cuda ]; then one=(--gpus-per-replica 1); half=(--gpus-per-replica 0.5)
+  else one=(--gpus-per-replica 0 --threads 1); half=("${one[@]}"); fi
+  n=3
+  for arm in plain ray1 ray2; do
+    case $arm in
+      plain) extra=() ;;
+      ray1) extra=(--server-args --ray --replicas 1 "${one[@]}") ;;
+      ray2) extra=(--server-args --ray --replicas 2 "${half[@]}") ;;
+    esac
+    fits 70 "serve $arm" || break
+    stamp "server_load: $arm ${extra[*]}"
+    # each arm gets an equal share of what is left (a Ray arm starts its own local cluster and stops it)
+    timeout $(( ($(left) - 10) / n )) python3 tools/server_load.py --backend "$BACKEND" --model "$MODEL" \
+      --codec "$CODEC" --clients "${CLIENTS:-1,8,32}" --requests "${REQUESTS:-4}" \
+      --ttfb-repeats "${TTFB_REPEATS:-10}" --ws-repeats 0 --json "$R/serve-$arm.json" \
+      --server-log "$R/serve-$arm.log" "${extra[@]}" 2>&1 | tee "$R/serve-$arm.md"
+    n=$((n - 1))
+  done
+  python3 - "$R" <<'EOF'
+import json, sys, pathlib
+R = pathlib.Path(sys.argv[1])
+def pct(v, q):
+    v = sorted(v); k = (len(v) - 1) * q; lo = int(k); hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+arms = {a: json.loads((R / f"serve-{a}.json").read_text()) for a in ("plain", "ray1", "ray2")
+        if (R / f"serve-{a}.json").is_file()}
+if arms:
+    counts = [r["clients"] for r in next(iter(arms.values()))["concurrency"]]
+    print("| server | first audio p50 / p99 ms (runs) | "
+          + " | ".join(f"{c} clients: audio s/s, p50 latency s" for c in counts) + " |")
+    print("|---|---|" + "---|" * len(counts))
+    for a, res in arms.items():
+        fa = [r["first_audio_s"] for r in res["first_audio"]["runs"]]
+        cells = [f"{r['audio_s_per_s']:.1f}, {r['p50_s']:.3f}" for r in res["concurrency"]]
+        print(f"| {a} | {pct(fa, .5) * 1000:.0f} / {pct(fa, .99) * 1000:.0f} ({len(fa)}) | " + " | ".join(cells) + " |")
 EOF
 fi
 stamp "done"

@@ -16,8 +16,10 @@
 #              checkpoint (tools/lm_parity_full.py compares step-0 logits and MaskGIT choices against it)
 #   .devcarry/cudalib  (CUDA=1) ggml's CUDA backend (sm_90) built here, so that the H200 skips its ~4-minute
 #              build (CUDA_LIB_ARCHIVE=.devcarry/cudalib); ~35 minutes on 2 cores (build_cuda below)
-#   .whl-ray   (RAY=1) Ray for the device's Python 3.12 without its Java jars, rllib, serve and the dashboard's
-#              web client (~28 MB xz'd, from the 79 MB wheel), and jsonschema's wheels (h200_checks.sh PARTS=ray)
+#   .whl-ray   (RAY=1) Ray for the device's Python 3.12 without its Java jars, rllib and the dashboard's web
+#              client (~30 MB xz'd, from the 79 MB wheel), jsonschema's wheels (h200_checks.sh PARTS=ray) and the
+#              wheels Ray Serve needs besides the server's (grpcio, aiohttp and its own, watchfiles, colorful:
+#              ~11 MB; PARTS=serve)
 # Each part is skipped when it is already there; delete a folder to make it again.
 #
 #     bash tools/device/prepare_carry.sh        # REF_PYTHON (default /work/refvenv/bin/python) and
@@ -118,11 +120,14 @@ build_cuda() {  # ggml's CUDA backend (sm_90) built on this CPU machine into .de
 }
 if [ "${CUDA:-0}" = 1 ] && [ ! -d .devcarry/cudalib ]; then build_cuda; fi
 
-if [ "${RAY:-0}" = 1 ] && [ ! -f .whl-ray/ray.tar.xz ]; then
-  mkdir -p .whl-ray
+if [ "${RAY:-0}" = 1 ] && ! ls .whl-ray/ray.tar.xz .whl-ray/grpcio-*.whl >/dev/null 2>&1; then
+  rm -rf .whl-ray && mkdir -p .whl-ray
   pip=($PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp
        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
   "${pip[@]}" -d .whl-ray jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==0.28.0
+  "${pip[@]}" -d .whl-ray grpcio==1.85.3 aiohttp==3.14.5 aiohttp-cors==0.8.1 aiohappyeyeballs==2.7.1 \
+    aiosignal==1.4.0 attrs==26.1.0 frozenlist==1.8.0 multidict==7.2.1 propcache==0.5.4 yarl==1.25.1 \
+    watchfiles==1.3.0 colorful==0.5.8
   T=$(mktemp -d)
   "${pip[@]}" -d "$T" ray==2.60.0
   # extracted keeping each file's mode (zipfile's extract drops it: gcs_server and raylet then fail with EACCES)
@@ -136,7 +141,7 @@ with zipfile.ZipFile(next(t.glob("ray-*.whl"))) as z:
         if mode and not info.is_dir():
             path.chmod(mode & 0o777)
 EOF
-  rm -rf "$T/x/ray/jars" "$T/x/ray/rllib" "$T/x/ray/serve" "$T/x/ray/dashboard/client/build"
+  rm -rf "$T/x/ray/jars" "$T/x/ray/rllib" "$T/x/ray/dashboard/client/build"
   tar -C "$T/x" -cf - . | xz -T0 -6 > .whl-ray/ray.tar.xz
   rm -rf "$T"
 fi
