@@ -446,21 +446,48 @@ def ray_options_of(args) -> dict:
             "cpus_per_replica": args.cpus_per_replica, "target_ongoing": float(args.target_ongoing)}
 
 
+RAY_ARGS = {"replicas": str, "gpus_per_replica": float, "cpus_per_replica": float, "target_ongoing": float}
+
+
 def app(args: dict):
     """`serve run omnivoice.server.ray:app model=... voices=... replicas=1..4` (or a Serve config's
-    import_path with `args:`): an application builder whose arguments are `python -m omnivoice.server`'s
-    flags without the dashes (max_queue=64, gpus_per_replica=0, ...)."""
-    from .__main__ import build_parser, config_from_args
+    import_path with `args:`): an application builder. Its arguments: ServerConfig's fields (the command's
+    flags without the dashes, but max_upload_bytes for --max-upload-mb; api_key defaults to $OMNIVOICE_API_KEY)
+    and build()'s replicas (N or "MIN..MAX"), gpus_per_replica, cpus_per_replica, target_ongoing."""
+    import dataclasses
+    import typing
 
-    argv: list[str] = []
+    from ..config import current
+
+    hints = typing.get_type_hints(ServerConfig)
+    fields = {f.name for f in dataclasses.fields(ServerConfig)}
+    config_kw: dict = {"api_key": current().api_key}
+    ray_kw: dict = {}
     for key, value in (args or {}).items():
-        flag = "--" + str(key).replace("_", "-")
-        argv += [flag] if value is True else [] if value is False else [f"{flag}={value}"]
-    try:
-        parsed = build_parser().parse_args(argv)
-    except SystemExit:  # argparse has printed what is wrong
-        raise ValueError(f"omnivoice.server.ray:app: bad arguments {args!r} (see the message above)") from None
-    return build(absolute_paths(config_from_args(parsed)), **ray_options_of(parsed))
+        if key in RAY_ARGS:
+            ray_kw[key] = RAY_ARGS[key](value)
+        elif key in fields:
+            config_kw[key] = _typed(key, hints[key], value)
+        else:
+            raise ValueError(f"omnivoice.server.ray:app: unknown argument {key!r}; expected one of "
+                             f"{', '.join(sorted(fields | set(RAY_ARGS)))}")
+    config = ServerConfig(**config_kw)
+    return build(absolute_paths(config), replicas=parse_replicas(ray_kw.pop("replicas", "1")), **ray_kw)
+
+
+def _typed(name: str, hint, value):
+    """`value` (a Serve arg: often a string) as the ServerConfig field's type; ValueError naming the field."""
+    import typing
+
+    if value is None:
+        return None
+    kinds = [t for t in (typing.get_args(hint) or (hint,)) if t is not type(None)]
+    for kind in sorted(kinds, key=lambda t: t is str):  # numbers before text: max_batch=8 is 8, "auto" stays
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            continue
+    raise ValueError(f"omnivoice.server.ray:app: {name}={value!r} is not a {' or '.join(k.__name__ for k in kinds)}")
 
 
 def absolute_paths(config: ServerConfig) -> ServerConfig:
