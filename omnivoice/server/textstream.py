@@ -86,6 +86,11 @@ class TextStream:
         """The engine jobs in flight, oldest first."""
         return [job for _, job, _ in self._jobs]
 
+    @property
+    def unspoken(self) -> tuple[int, int]:
+        """(sentences in the engine, sentences not submitted yet): what cancel() stops."""
+        return len(self._jobs), len(self._waiting)
+
     def feed(self, text: str) -> None:
         """Add a piece of text (any split, even mid-word); the sentences it completes are queued."""
         self._queue(self._feed.feed(text))
@@ -146,6 +151,7 @@ class TextStream:
                 result = done.result()  # the sentence's failure, if any, is raised here
                 if self._own_voice and self._voice is None:
                     self._voice = VoicePrompt(result.tokens[0], text, None)
+                await self._submit_waiting()  # the next sentences generate while this one is sent
                 yield Segment(text, result.audio)
             elif self._ended and not self._waiting:
                 return

@@ -181,8 +181,7 @@ class Handler(AsyncEventHandler):
             if stopped:
                 await self.write_event(SynthesizeStopped().event())
         except (ConnectionError, OSError):  # the client went away mid-answer
-            log.info("client went away: %d sentence(s) cancelled", len(stream.jobs))
-            stream.cancel()
+            _gone(stream)
             return False
         except Exception as e:  # a sentence that failed, or the engine stopping: say it, keep the connection
             stream.cancel()
@@ -210,5 +209,12 @@ class Handler(AsyncEventHandler):
 
     async def disconnect(self) -> None:
         if self.stream is not None and self.stream.busy:
-            log.info("client went away: %d sentence(s) cancelled", len(self.stream.jobs))
+            _gone(self.stream)
         self._cancel()
+
+
+def _gone(stream: TextStream) -> None:
+    """The client went away mid-answer: stop its sentences, and say so."""
+    running, waiting = stream.unspoken
+    log.info("client went away: %d sentence(s) in the engine cancelled, %d not started", running, waiting)
+    stream.cancel()
