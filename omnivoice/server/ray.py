@@ -30,8 +30,8 @@ a shared filesystem (the default is one ingress replica, beside Serve's proxy).
 
 Metrics: GET /metrics is the plain server's, with the engine figures (queue depth, active requests, model
 loaded, omnivoice_engine_*) once per model replica, labelled `replica`: the replicas report them to Serve
-with their routing stats (every ROUTING_STATS_PERIOD_S). Serve's own metrics (ray_serve_*) are exported by
-Ray's metrics agent on each node, the usual Prometheus target of a Ray cluster.
+with their routing stats (every ROUTING_STATS_PERIOD_S); then Serve's own metrics (the ray_serve_* families),
+read from the metrics agent of each node at scrape time.
 
 Faults: a replica that dies takes its requests with it: each is answered 503 `replica_failed` (a stream that
 had started ends with an SSE error event, or is cut short); a request whose replica died before taking it
@@ -51,13 +51,14 @@ import numpy as np
 
 from .app import ServerConfig, create_app, default_loader
 from .errors import APIError
-from .ray_router import LeastQueuedAudio, router_of
 
 try:
     from ray import serve
     from ray.exceptions import RayActorError
     from ray.serve.config import RequestRouterConfig
     from ray.serve.exceptions import RequestCancelledError
+
+    from .ray_router import LeastQueuedAudio, router_of
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError(f"the Ray Serve app needs its extra: pip install 'omnivoice-ggml[ray]' ({e})") from None
 

@@ -308,3 +308,11 @@ def test_the_documented_serve_config_builds_the_app():
     assert model._deployment_config.request_router_config.request_router_class.endswith("LeastQueuedAudio")
     with pytest.raises(ValueError, match="--replicas"):
         app({**spec.args, "replicas": "4..1"})
+
+
+def test_bad_ray_flags_are_one_error_line_before_ray_starts(tiny_gguf):
+    r = subprocess.run([sys.executable, "-m", "omnivoice.server", "--ray", "--replicas", "3..1", "--model",
+                        str(tiny_gguf["f32"]), "--codec", str(tiny_gguf["codec"])], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, RAY_ADDRESS=""))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "error: --replicas 3..1: need 1 <= MIN <= MAX"
