@@ -187,3 +187,20 @@ def test_a_client_that_closes_cancels_its_sentences(server):
         assert isinstance(ws.recv(timeout=300), bytes)
     _wait_for(server, "omnivoice_cancelled_requests_total", before)
     _wait_idle(server)
+
+
+def test_connections_at_once_each_get_their_solo_audio(server):
+    """Three streams at once (text arriving in pieces on each) share the engine: each gets the audio it gets
+    alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    starts = [{"seed": 11, "voice": "ash"}, {"seed": 12}, {"seed": 13, "voice": "saved", "language": "English"}]
+    texts = ["One stream here. It goes on.", "Another one, elsewhere. Then more!", "A third voice. Done."]
+
+    def speak(i: int) -> bytes:
+        with _ws(server) as ws:
+            return _utterance(ws, starts[i], [texts[i][j:j + 4] for j in range(0, len(texts[i]), 4)])[1]
+
+    solo = [speak(i) for i in range(3)]
+    with ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(speak, range(3))) == solo
