@@ -1,7 +1,7 @@
 """The ASGI app: configuration, model loading in the background, and the gates every request passes.
 
-    request -> CountRequests (omnivoice_requests_total) -> RequireKey (Bearer, /v1/ only) -> LimitBody
-            -> FastAPI routes (routes.py), errors in OpenAI's shape (errors.py)
+    request -> CountRequests (omnivoice_requests_total) -> SingleHeaders -> RequireKey (Bearer, /v1/ only)
+            -> LimitBody -> FastAPI routes (routes.py), errors in OpenAI's shape (errors.py)
 
 The model loads in a thread started at startup: until it is loaded /health answers 503 and so do the
 synthesis routes (with Retry-After); a load that fails is reported by /health and to `on_load_error`.
@@ -122,6 +122,7 @@ def create_app(config: ServerConfig, loader: Optional[Callable] = None,
     app.include_router(ws_router)
     app.add_middleware(LimitBody, limit=config.max_upload_bytes)
     app.add_middleware(RequireKey, api_key=config.api_key)
+    app.add_middleware(SingleHeaders)
     app.add_middleware(CountRequests, metrics=state.metrics, routes=router.routes)
     return app
 
@@ -164,9 +165,30 @@ class CountRequests:
         return getattr(route, "path", None) or "other"
 
 
+class SingleHeaders:
+    """Answers 400 to a request that gives a header meant to be given once (Authorization, Host, Content-Type,
+    Content-Length) twice: which one counts differs between servers and proxies (with two Authorization headers
+    the last one counted here), so neither does."""
+
+    ONCE = (b"authorization", b"host", b"content-type", b"content-length")
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            names = [k for k, _ in scope["headers"] if k in self.ONCE]
+            twice = next((n for n in self.ONCE if names.count(n) > 1), None)
+            if twice is not None:
+                name = twice.decode().title()
+                return await _send_error(send, 400, f"{names.count(twice)} {name} headers; send one",
+                                         "duplicate_header")
+        await self.app(scope, receive, send)
+
+
 class RequireKey:
-    """With an API key set, /v1/ answers 401 unless the request carries `Authorization: Bearer KEY`, and 400 to a
-    request with more than one Authorization header."""
+    """With an API key set, /v1/ answers 401 unless the request carries `Authorization: Bearer KEY` (once:
+    SingleHeaders runs first)."""
 
     def __init__(self, app, api_key: Optional[str]) -> None:
         self.app = app
@@ -174,11 +196,7 @@ class RequireKey:
 
     async def __call__(self, scope, receive, send) -> None:
         if self.expected is not None and scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            keys = [v for k, v in scope["headers"] if k == b"authorization"]
-            if len(keys) > 1:  # which one counts differs between servers and proxies: neither does
-                return await _send_error(send, 400, f"{len(keys)} Authorization headers; send one",
-                                         "invalid_request")
-            given = keys[0] if keys else b""
+            given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
                 what = "no API key given" if not given else "invalid API key"
                 return await _send_error(send, 401, f"{what}: send 'Authorization: Bearer KEY'", "invalid_api_key",

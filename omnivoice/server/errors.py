@@ -17,11 +17,15 @@ from typing import Optional
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse
+from starlette.requests import ClientDisconnect
+from starlette.responses import JSONResponse, Response
 
 log = logging.getLogger("omnivoice.server")
 
 __all__ = ["APIError", "error_body", "error_response", "install", "validation_error"]
+
+
+CLIENT_GONE = 499  # nginx's "client closed request": counted in the metrics, never seen by the client
 
 
 def _type_for(status: int) -> str:
@@ -118,6 +122,12 @@ def install(app: FastAPI) -> None:
             message = str(exc.detail)
         return APIError(exc.status_code, message, "not_found" if exc.status_code == 404 else None,
                         headers=dict(exc.headers or {})).response()
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, exc: ClientDisconnect):
+        # the client left (or its body stalled past --body-timeout) before its request was read: nobody to answer
+        log.info("client went away before its request was in: %s %s", request.method, request.url.path)
+        return Response(status_code=CLIENT_GONE)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):

@@ -42,7 +42,7 @@ from ..audio.io import AudioFileError, load_audio
 from ..pipeline import Cancelled
 from . import encoding
 from .engine_adapter import EngineFull
-from .errors import APIError, parse_json
+from .errors import CLIENT_GONE, APIError, parse_json
 from .metrics import CONTENT_TYPE_LATEST
 from .schema import SpeechRequest, synthesis_request
 from .voices import BUILTIN_VOICES, VoiceExists, VoiceNameError, VoiceNotFound, check_name, resolve_voice
@@ -50,7 +50,6 @@ from .voices import BUILTIN_VOICES, VoiceExists, VoiceNameError, VoiceNotFound, 
 log = logging.getLogger("omnivoice.server")
 router = APIRouter()
 
-CLIENT_GONE = 499  # nginx's "client closed request": counted in the metrics, never seen by the client
 
 
 def _state(request: Request):
