@@ -4,6 +4,7 @@
     python tools/fuzz.py --work /tmp/fuzz                       # the long run: the table of docs/ROBUSTNESS.md
     python tools/fuzz.py --work /tmp/fuzz --ci                  # the short run of tests/robustness/test_fuzz.py
     python tools/fuzz.py --work /tmp/fuzz --replay wav:17       # one case again, as a plain subprocess
+    python tools/fuzz.py --work /tmp/fuzz --http                # hostile HTTP against a server (fuzz_http.py)
 
 Targets and the command each case runs (one of the listed, by case number):
 
@@ -396,6 +397,30 @@ def replay(ctx: Context, target: str, index: int, seed: int, timeout: float, mem
     return 0
 
 
+def http_mode(ctx: Context, args) -> int:
+    """--http: fuzz_http's cases against one server; prints the counts by kind (and writes --json)."""
+    import fuzz_http as H
+
+    def on_result(i: int, kind: str, outcome: str, what: str) -> None:
+        if outcome != "clean":
+            print(f"  http:{i} {kind} {outcome}: {what}", flush=True)
+
+    summary = H.run(ROOT, ctx.lm, ctx.codec, ctx.work / "http", args.seed, args.http_cases, args.http_seconds,
+                    args.open_files, args.http_sockets, on_result)
+    outcomes = list(H.OUTCOMES) + sorted({o for c in summary["counts"].values() for o in c} - set(H.OUTCOMES))
+    print("| kind | cases | " + " | ".join(outcomes) + " |\n|---|---|" + "---|" * len(outcomes))
+    for kind, c in summary["counts"].items():
+        print(f"| {kind} | {sum(c.values())} | " + " | ".join(str(c.get(o, 0)) for o in outcomes) + " |")
+    print(f"{summary['cases']} cases in {summary['seconds']:.0f} s (seed {args.seed}, ulimit -n {args.open_files}); "
+          f"server alive after: {summary['server_alive']}, exit status {summary['exit_status']}; its log: "
+          f"{summary['tracebacks']} tracebacks, {summary['too_many_open_files']} 'Too many open files', "
+          f"{summary['log_lines']} lines")
+    if args.json:
+        args.json.write_text(json.dumps({**summary, "seed": args.seed}, indent=1))
+    clean = summary["server_alive"] and not summary["tracebacks"] and not summary["too_many_open_files"]
+    return 0 if clean and all(set(c) <= {"clean"} for c in summary["counts"].values()) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--work", type=Path, required=True, help="scratch directory (seeds, converted model, cases)")
@@ -414,6 +439,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write counts and every non-clean case here")
     ap.add_argument("--keep", action="store_true", help="keep every case's directory (a non-clean case's is always kept; a long run keeps tens of GB)")
     ap.add_argument("--replay", metavar="TARGET:N", help="rebuild case N of TARGET and run it in the foreground")
+    ap.add_argument("--http", action="store_true",
+                    help="the hostile-HTTP mode instead of the file targets: one server on loopback (fuzz_http.py)")
+    ap.add_argument("--http-cases", type=int, default=400, help="cases of --http (default 400)")
+    ap.add_argument("--http-seconds", type=float, default=300.0, help="the most --http runs, in seconds (default 300)")
+    ap.add_argument("--open-files", type=int, default=256, help="the server's ulimit -n under --http (default 256)")
+    ap.add_argument("--http-sockets", type=int, default=600,
+                    help="the most sockets --http holds open at a time (default 600)")
     args = ap.parse_args(argv)
     if args.mem_gib is None:
         args.mem_gib = 4.0 if args.ci else 8.0
@@ -425,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.replay:
         target, _, n = args.replay.partition(":")
         return replay(ctx, target, int(n), args.seed, args.timeout, args.mem_gib)
+    if args.http:
+        return http_mode(ctx, args)
 
     counts = {t: {} for t in targets}
     seconds = {t: 0.0 for t in targets}

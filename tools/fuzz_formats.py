@@ -400,9 +400,44 @@ def gguf_fields(data: bytes, max_items: int = 4) -> list[Field]:
     return fields
 
 
+@dataclass
+class GgufTensor:
+    """Where a tensor's data lies (from the walker's fields): for the mutations that edit values or offsets."""
+
+    name: str
+    n_values: int
+    ggml_type: int
+    offset: Field  # the offset field; the data starts at data_start + its value
+
+
+def gguf_tensors(data: bytes, fields: list[Field]) -> tuple[list[GgufTensor], int]:
+    """The tensors of a GGUF file and where its data section starts, from gguf_fields' records."""
+    def read(f: Field):
+        return struct.unpack_from(f.fmt, data, f.offset)[0]
+
+    align = next((read(f) for f in fields if f.name == "general.alignment"), 32)
+    tensors, dims = [], []
+    for f in fields:
+        if f.kind == "tensor" and " ne[" in f.name:
+            dims.append(read(f))
+        elif f.kind == "tensor type":
+            ggml_type = read(f)
+        elif f.kind == "tensor" and f.name.endswith(" offset"):
+            tensors.append(GgufTensor(f.name[:-len(" offset")], math.prod(dims), ggml_type, f))
+            dims = []
+    end = max(f.offset + struct.calcsize(f.fmt) for f in fields)
+    return tensors, (end + align - 1) // align * align
+
+
+SMALL_TENSOR = 1 << 20  # the loaders check tensors up to this size for NaN (loaders.tensors.SMALL_TENSOR)
+
+
 class GgufMutator:
     """Targeted GGUF rewrites: a key's value (hyper-parameters first), a tensor's dims, type or offset, the
-    header counts and lengths; plus generic byte mutations of the header region and of the data."""
+    header counts and lengths; plus generic byte mutations of the header region and of the data; and the edits
+    that loaded silently wrong before issue 56's checks (`semantic`): a tensor's offset moved back into its
+    neighbour, NaN or infinities in a small F32 tensor, an epsilon made tiny or huge, a channel list item
+    changed."""
 
     def __init__(self, data: bytes) -> None:
         fields = gguf_fields(data)
@@ -410,8 +445,49 @@ class GgufMutator:
         for f in fields:
             self.by_kind.setdefault(f.kind, []).append(f)
         self.header_end = max(f.offset for f in fields) + 8
+        self.tensors, self.data_start = gguf_tensors(data, fields)
+        self.small = [t for t in self.tensors if t.ggml_type == 0 and 0 < t.n_values <= SMALL_TENSOR]
+        values = self.by_kind.get("kv value", [])
+        self.epsilons = [f for f in values if "eps" in f.name and f.fmt in ("<f", "<d")]
+        self.channels = [f for f in values if "channels[" in f.name]
+
+    def semantic(self, rng: random.Random, data: bytes) -> Mutation:
+        b = bytearray(data)
+        r = rng.random()
+        if r < 0.3 and len(self.tensors) > 1:
+            t = rng.choice(self.tensors[1:])
+            (old,) = struct.unpack_from("<Q", data, t.offset.offset)
+            new = max(0, old - 64 * rng.choice([1, 2, 4]))
+            struct.pack_into("<Q", b, t.offset.offset, new)
+            return bytes(b), f"{t.name} data offset {old} -> {new} (into its neighbour)"
+        if r < 0.6 and self.small:
+            t = rng.choice(self.small)
+            (offset,) = struct.unpack_from("<Q", data, t.offset.offset)
+            i = rng.randrange(t.n_values)
+            value = rng.choice([math.nan, math.inf, -math.inf])
+            at = self.data_start + offset + 4 * i
+            if at + 4 > len(b):
+                return generic(rng, data)
+            struct.pack_into("<f", b, at, value)
+            return bytes(b), f"{t.name}[{i}] -> {value}"
+        if r < 0.8 and self.epsilons:
+            f = rng.choice(self.epsilons)
+            value = rng.choice([1e-45, 1e-38, 1e-20, 0.0, 1.0, 1e3])
+            (old,) = struct.unpack_from(f.fmt, data, f.offset)
+            struct.pack_into(f.fmt, b, f.offset, value)
+            return bytes(b), f"{f.name} {old!r} -> {value!r}"
+        if self.channels:
+            f = rng.choice(self.channels)
+            (old,) = struct.unpack_from(f.fmt, data, f.offset)
+            value = rng.choice([0, 1, old + 1, old * 2, old // 2, 2**31 - 1, 2**32 - 1])
+            value %= 1 << 8 * struct.calcsize(f.fmt)
+            struct.pack_into(f.fmt, b, f.offset, value)
+            return bytes(b), f"{f.name} {old} -> {value}"
+        return generic(rng, data)
 
     def __call__(self, rng: random.Random, data: bytes) -> Mutation:
+        if rng.random() < 0.2:
+            return self.semantic(rng, data)
         r = rng.random()
         if r < 0.35:
             f = rng.choice(self.by_kind["kv value"])
