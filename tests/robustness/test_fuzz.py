@@ -32,3 +32,21 @@ def test_no_mutant_crashes_hangs_or_fails_internally(tiny_checkpoint, tiny_gguf,
         counts = result["counts"][t]
         assert sum(counts.values()) == CI[t], (t, counts)
         assert counts.get("clean error", 0) > 0 and counts.get("accepted", 0) > 0, (t, counts)
+
+
+def test_the_hostile_http_mode_finds_the_server_clean(tiny_checkpoint, tiny_gguf, tmp_path):
+    """tools/fuzz.py --http, 40 cases against a real server under ulimit -n 256: every answer a 4xx or the
+    connection closed, the key's requests served through an idle-socket flood, no traceback in its log. (Its
+    first run found a stalled body logged as a 500 with a traceback.)"""
+    report = tmp_path / "http.json"
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "fuzz.py"), "--work", str(tmp_path / "work"),
+                        "--checkpoint", str(tiny_checkpoint), "--gguf", str(tiny_gguf["f32"].parent), "--http",
+                        "--http-cases", "40", "--seed", "3", "--json", str(report)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(report.read_text())
+    assert result["cases"] == 40 and result["server_alive"] and result["exit_status"] == 143, result
+    assert result["tracebacks"] == 0 and result["too_many_open_files"] == 0, result
+    kinds = result["counts"]
+    assert all(set(c) <= {"clean"} for c in kinds.values()), kinds
+    assert sum(1 for c in kinds.values() if c) >= 4, kinds  # the seed reaches most kinds
