@@ -85,9 +85,10 @@ def info(service: Service) -> Info:
         return TtsVoice(name=name, description=description, attribution=ATTRIBUTION, installed=True,
                         version=None, languages=languages)
 
-    voices = [voice(AUTO, "a voice of the model's choosing, kept for the whole answer")]
-    voices += [voice(name, f"voice design: {attrs}") for name, attrs in BUILTIN_VOICES.items()]
-    voices += [voice(name, f"saved voice ({name}.rvq)") for name in service.library.names()]
+    # Home Assistant shows a voice by its description: each begins with the voice's name
+    voices = [voice(AUTO, f"{AUTO} (the model's choice, kept for the whole answer)")]
+    voices += [voice(name, f"{name} ({attrs})") for name, attrs in BUILTIN_VOICES.items()]
+    voices += [voice(name, f"{name} (saved voice)") for name in service.library.names()]
     program = TtsProgram(name="omnivoice", description="OmniVoice zero-shot text-to-speech (646 languages) on ggml",
                          attribution=ATTRIBUTION, installed=True, version=__version__, voices=voices,
                          supports_synthesize_streaming=True)

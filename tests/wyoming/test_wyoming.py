@@ -125,6 +125,7 @@ def test_describe_lists_the_program_voices_and_languages(service):
     assert program.name == "omnivoice" and program.supports_synthesize_streaming and program.installed
     names = [v.name for v in program.voices]
     assert names == ["auto", *BUILTIN_VOICES, "saved"]
+    assert all(v.description.startswith(v.name + " (") for v in program.voices)  # what Home Assistant shows
     assert all(v.languages == language_ids() for v in program.voices)
     assert len(language_ids()) == 646 and {"en", "fr", "de"} <= set(language_ids())
 
