@@ -249,3 +249,7 @@ def run(root: Path, lm: Path, codec: Path, work: Path, seed: int, cases: int, se
     return {"counts": counts, "cases": done, "seconds": round(time.monotonic() - t0, 1), "server_alive": alive,
             "exit_status": status, "tracebacks": log.count("Traceback"),
             "too_many_open_files": log.count("Too many open files"), "log_lines": log.count("\n")}
+
+
+if __name__ == "__main__":  # a module of tools/fuzz.py, whose --http runs it: say so
+    print(__doc__)
