@@ -4,6 +4,7 @@
     python3 tools/bench.py --checkpoint DIR [--backend cpu|cuda|vulkan] [--quant f32[,q8_0,...]]
         [--ref-python PATH] [--ref-pythonpath DIR] [--ref-device cpu|cuda] [--ref-dtype float32[,bfloat16]]
         [--cases auto5,clone5,auto20] [--repeats N] [--warmup N] [--steps 32] [--json OUT] [--markdown OUT]
+        [--installed LABEL=PYTHON]
 
 Examples (repository root):
 
@@ -29,6 +30,8 @@ compute plus read-back; the reference: its ``forward``, CUDA-synchronized), the 
 encode and decode time; per worker: load time, peak RSS, peak GPU memory (free-memory counter deltas during
 the worker's own activity, CUDA context excluded; for the reference also torch.cuda.max_memory_allocated);
 per pair: the reference's wall time over ours, and whether the first chunk's tokens are identical.
+``--installed wheel=VENV/bin/python`` adds, per quantization, a column of our package as installed in that
+interpreter (a wheel, say: tools/wheel.py) beside the repository's own build, same files, same run.
 The markdown table goes to stdout (and --markdown), everything to --json.
 """
 
@@ -175,9 +178,10 @@ def _env_for(side: str, ref_pythonpath: list[str]) -> dict:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if side == "ref":
-        # the repository's own omnivoice must stay invisible to the reference
+    if side in ("ref", "installed"):
+        # the repository's own omnivoice must stay invisible to the reference and to an installed copy of ours
         paths = [p for p in paths if Path(p).resolve() != REPO]
+    if side == "ref":
         paths = ref_pythonpath + paths
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -410,6 +414,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ref-device", default=None, help="cpu or cuda[:N] (default: cuda when --backend is cuda)")
     ap.add_argument("--ref-dtype", default="float32", help=f"comma list of {', '.join(REF_DTYPES)}")
     ap.add_argument("--no-reference", action="store_true", help="ours only")
+    ap.add_argument("--installed", action="append", default=[], metavar="LABEL=PYTHON",
+                    help="also our package as installed in this interpreter (a wheel's venv), per quantization, "
+                         "in columns named LABEL (repeatable)")
     ap.add_argument("--cases", default="auto5,clone5,auto20", help=f"comma list of {', '.join(CASES)}")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
@@ -430,6 +437,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.case_names = _list(args.cases, tuple(CASES), "--cases")
     if args.repeats < 1 or args.warmup < 0 or args.steps < 1 or args.pause < 0:
         raise SystemExit("error: --repeats and --steps must be >= 1, --warmup and --pause >= 0")
+    args.installed_pythons = []
+    for item in args.installed:
+        label, eq, python = item.partition("=")
+        if not eq or not label.strip() or not python.strip():
+            raise SystemExit(f"error: --installed {item!r}: expected LABEL=PYTHON, e.g. wheel=/tmp/venv/bin/python")
+        args.installed_pythons.append((label.strip(), python.strip()))
     args.backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     if not args.backends:
         raise SystemExit("error: --backend is empty")
@@ -454,10 +467,15 @@ def run(args: argparse.Namespace) -> dict:
     clip_text = write_clip(clip)
 
     flash = {"auto": None, "on": True, "off": False}[args.flash_attn]
-    specs = [(f"ours {q}" if len(args.backends) == 1 else f"ours {b} {q}", "ours", sys.executable,
-              {"model": str(lms[q.partition(":")[0]]), "codec": str(codec), "backend": b, "threads": args.threads,
-               "flash_attn": flash, "cpu_products": q.partition(":")[2] or None})
-             for b in args.backends for q in args.quants]
+    def ours(b: str, q: str) -> dict:
+        return {"model": str(lms[q.partition(":")[0]]), "codec": str(codec), "backend": b,
+                "threads": args.threads, "flash_attn": flash, "cpu_products": q.partition(":")[2] or None}
+
+    columns = [(b, q) for b in args.backends for q in args.quants]
+    specs = [(f"ours {q}" if len(args.backends) == 1 else f"ours {b} {q}", "ours", sys.executable, ours(b, q))
+             for b, q in columns]
+    specs += [(f"{label} {q}" if len(args.backends) == 1 else f"{label} {b} {q}", "installed", python, ours(b, q))
+              for label, python in args.installed_pythons for b, q in columns]
     if not args.no_reference:
         specs += [(f"ref {d}", "ref", args.ref_python,
                    {"checkpoint": str(ckpt), "device": args.ref_device, "dtype": d, "threads": args.threads})
@@ -478,6 +496,7 @@ def run(args: argparse.Namespace) -> dict:
                 "ref_python": None if args.no_reference else args.ref_python,
                 "ref_pythonpath": args.ref_pythonpath, "ref_device": args.ref_device,
                 "ref_dtypes": [] if args.no_reference else args.ref_dtypes, "threads": args.threads,
+                "installed": dict(args.installed_pythons),
                 "steps": args.steps, "repeats": args.repeats, "warmup": args.warmup, "pause": args.pause,
                 "seed": args.seed,
                 "flash_attn": args.flash_attn,
@@ -535,7 +554,7 @@ def build_report(settings: dict, before: dict, workers: list[Worker], results: d
         "cases": {},
     }
     refs = [w for w in workers if w.side == "ref"]
-    ours = [w for w in workers if w.side == "ours"]
+    ours = [w for w in workers if w.side in ("ours", "installed")]
     # across backends, our first worker is also a baseline for the others' tokens (e.g. Vulkan against CPU)
     several_backends = len({w.load_req["backend"] for w in ours}) > 1
     baselines = refs + ours[:1] if several_backends else refs

@@ -2,6 +2,7 @@
 """One side of tools/bench.py: a long-lived process that loads one implementation once, then runs cases.
 
     python3 tools/bench_worker.py --side ours         # our package, imported from the repository root
+    VENV/bin/python tools/bench_worker.py --side installed   # our package as installed there (a wheel)
     REF_PYTHON tools/bench_worker.py --side ref       # the PyTorch reference (PyPI omnivoice 0.2.1), under
                                                       # its own interpreter / PYTHONPATH
 tools/bench.py starts these; running one by hand is for debugging only.
@@ -113,22 +114,37 @@ class _Recorder:
 # --------------------------------------------------------------------------------------------------
 
 
-class OursSide:
-    """Our pipeline (omnivoice.OmniVoice) on a ggml backend."""
+def _loaded_libraries() -> list[str]:
+    """The ggml CPU module and the package's kernels this process loaded (a wheel's ggml-cpu-<level> and
+    omnivoice-ops-<level> say which x86 level it chose), from /proc/self/maps; empty where there is none."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    names = {Path(line.split()[-1]).name for line in maps.splitlines() if "/" in line}
+    return sorted(n for n in names if n.startswith(("libggml-cpu", "libomnivoice-ops")))
 
-    def __init__(self) -> None:
+
+class OursSide:
+    """Our pipeline (omnivoice.OmniVoice) on a ggml backend: the repository's, or with `installed` the one installed
+    in this interpreter (a wheel's venv; bench.py keeps the repository off its PYTHONPATH)."""
+
+    def __init__(self, installed: bool = False) -> None:
+        self.installed = installed
         self.rec = _Recorder()
         self.ov = None
         self.mem = None
         self.step_times: list[float] = []
 
     def load(self, req: dict) -> dict:
-        sys.path.insert(0, str(REPO))
+        if not self.installed:
+            sys.path.insert(0, str(REPO))
         import omnivoice
 
         where = Path(omnivoice.__file__).resolve()
-        if where.parent != OURS:
-            raise RuntimeError(f"our worker imported omnivoice from {where}, not from the repository {REPO}")
+        if (where.parent == OURS) == self.installed:
+            raise RuntimeError(f"our worker imported omnivoice from {where}, "
+                               f"{'the repository, not an installed copy' if self.installed else 'not the repository'}")
         from omnivoice.ggml import ffi, lib
         from omnivoice.ggml.backend import find_device
 
@@ -155,7 +171,8 @@ class OursSide:
             "device": f"{rt.device.backend} {rt.device.description}", "threads": rt.n_threads,
             "flash_attn": bool(self.ov.lm.flash_attn), "cpu_products": self.ov.lm.cpu_products,
             "model": str(self.ov.model_path),
-            "package": str(Path(omnivoice.__file__).parent), "python": platform.python_version()}}
+            "package": str(Path(omnivoice.__file__).parent), "python": platform.python_version(),
+            "libraries": _loaded_libraries()}}
 
     def _install_timers(self) -> None:
         """Time the LM steps, graph builds and codec calls by wrapping the runner's methods."""
@@ -421,12 +438,12 @@ def serve(side) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="A bench.py worker (JSON lines on stdin/stdout).")
-    ap.add_argument("--side", choices=("ours", "ref"), required=True)
+    ap.add_argument("--side", choices=("ours", "installed", "ref"), required=True)
     args = ap.parse_args(argv)
     # tools/ (this file's folder) must not shadow anything either side imports
     here = str(Path(__file__).resolve().parent)
     sys.path[:] = [p for p in sys.path if p and Path(p).resolve() != Path(here)]
-    return serve(OursSide() if args.side == "ours" else RefSide())
+    return serve(RefSide() if args.side == "ref" else OursSide(installed=args.side == "installed"))
 
 
 if __name__ == "__main__":

@@ -72,11 +72,39 @@ class _Lib:
 lib = _Lib()
 
 
+def _ops_library() -> Path | None:
+    """The build of the package's kernels to load: libomnivoice-ops (a source build, compiled for its machine), else
+    the highest level of libomnivoice-ops-<level> (a wheel's, one per x86 level) whose omnivoice_ops_level() says
+    this CPU runs it, else None."""
+    path = _shared_lib("omnivoice-ops")
+    if path.exists():
+        return path
+    best: tuple[int, Path] | None = None
+    level_ffi = cffi.FFI()  # its own FFI: the probe's declaration stays out of the package's
+    level_ffi.cdef("int omnivoice_ops_level(void);")
+    for candidate in sorted(LIB_DIR.glob(_shared_lib("omnivoice-ops-*").name)):
+        try:
+            probe = level_ffi.dlopen(str(candidate))
+        except OSError as e:  # a library this system cannot load: another level may do
+            log.debug("skipping %s: %s", candidate.name, e)
+            continue
+        try:
+            level = probe.omnivoice_ops_level()
+        except AttributeError:
+            level = -1
+        level_ffi.dlclose(probe)  # only the one chosen stays loaded (dlopened again below)
+        if level >= 0 and (best is None or level > best[0]):
+            best = (level, candidate)
+    if best is not None:
+        log.debug("the package's kernels: %s", best[1].name)
+    return None if best is None else best[1]
+
+
 def _load_ops():
     """The package's own CPU kernels (omnivoice/csrc, libomnivoice-ops, built beside ggml), or None for a ggml
     built without them (e.g. OMNIVOICE_GGML_LIB_DIR naming a plain ggml build): their callers then fall back."""
-    path = _shared_lib("omnivoice-ops")
-    if not path.exists():
+    path = _ops_library()
+    if path is None:
         return None
     ffi.cdef("void omnivoice_snake_rows(struct ggml_tensor *, const struct ggml_tensor *, const struct ggml_tensor *,"
              " const struct ggml_tensor *, int, int, void *);"

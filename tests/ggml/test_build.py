@@ -144,6 +144,26 @@ def test_reconfigure_after_the_build_tools_vanished(tmp_path, monkeypatch):
 
 
 @needs_cmake
+def test_a_folder_keeps_the_tools_that_made_it(tmp_path, monkeypatch):
+    """An isolated build (`python -m build`) puts pip's newest cmake and ninja first on PATH: a folder another
+    CMake and ninja made keeps them while they exist, so that nothing is regenerated and recompiled."""
+    src, build = project(tmp_path), tmp_path / "build"
+    build_ext.configure(src, build, [], "Ninja")
+    made_with = cache_value(build, "CMAKE_COMMAND")
+    assert build_ext.cmake_program(build) == made_with
+    overlay = tmp_path / "pip-build-env" / "bin"
+    overlay.mkdir(parents=True)
+    for tool in ("ninja", "cmake"):
+        (overlay / tool).write_text("#!/bin/sh\nexit 1\n")  # would fail the build if it were run
+        (overlay / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{overlay}{os.pathsep}{os.environ['PATH']}")
+    build_ext.configure(src, build, [], "Ninja")
+    assert cache_value(build, "CMAKE_MAKE_PROGRAM") == shutil.which("ninja", path=os.environ["PATH"].split(os.pathsep, 1)[1])
+    assert cache_value(build, "CMAKE_COMMAND") == made_with
+    assert build_ext.cmake_program(tmp_path / "elsewhere") == "cmake"
+
+
+@needs_cmake
 def test_a_cache_cmake_refuses_is_replaced(tmp_path):
     src, build = project(tmp_path), tmp_path / "build"
     subprocess.run(["cmake", "-S", str(src), "-B", str(build), "-G", "Unix Makefiles"], check=True,
@@ -173,3 +193,43 @@ def test_editable_install_fails_when_the_build_fails(tmp_path):
     key = build_ext.build_key([f"-DOMNIVOICE_GGML_SOURCE={tmp_path / 'nowhere'}", "-DCMAKE_BUILD_TYPE=Release"],
                               "Ninja", build_ext.source_key(build_ext.read_lock()))
     assert not (ROOT / "build" / key).exists()
+
+
+def test_a_wheel_is_built_for_every_x86_level_unless_told_otherwise():
+    """build_wheel's CMAKE_ARGS: GGML_CPU_ALL_VARIANTS first, the user's own after; a build that names it or
+    OMNIVOICE_CPU_NATIVE keeps its word (and build_editable never adds it)."""
+    assert build_ext.portable_cmake_args("") == ["-DGGML_CPU_ALL_VARIANTS=ON"]
+    assert build_ext.portable_cmake_args("-DGGML_CUDA=ON '-DX=a b'") == ["-DGGML_CPU_ALL_VARIANTS=ON",
+                                                                          "-DGGML_CUDA=ON", "-DX=a b"]
+    for own in ("-DOMNIVOICE_CPU_NATIVE=ON", "-DGGML_CPU_ALL_VARIANTS=OFF", "-DGGML_CPU_ALL_VARIANTS:BOOL=ON"):
+        assert build_ext.portable_cmake_args(own) == [own]
+
+
+def _cpu_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+@pytest.mark.skipif(not (sys.platform == "linux" and os.uname().machine == "x86_64" and shutil.which("cc")),
+                    reason="the per-level kernels are x86-64 Linux builds; this test compiles their level check")
+def test_the_kernels_of_the_highest_level_this_cpu_runs_are_loaded(tmp_path, monkeypatch):
+    """A wheel's libomnivoice-ops-<level>: _ffi loads the highest whose omnivoice_ops_level() accepts this CPU,
+    judged here from /proc/cpuinfo's flags (the features CMakeLists.txt compiles each level with); a file that
+    does not load is passed over, and a source build's libomnivoice-ops wins over them all."""
+    from omnivoice.ggml import _ffi
+
+    for number, tag in enumerate(("x64", "haswell", "skylakex")):
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", f"-DOMNIVOICE_OPS_LEVEL={number}", "-o",
+                        str(tmp_path / f"libomnivoice-ops-{tag}.so"), str(ROOT / "omnivoice/csrc/dispatch.c")],
+                       check=True)
+    (tmp_path / "libomnivoice-ops-zz.so").write_bytes(b"not a library")
+    flags = _cpu_flags()
+    haswell = {"sse4_2", "avx", "avx2", "fma", "f16c", "bmi2"} <= flags
+    skylakex = haswell and {"avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"} <= flags
+    want = "skylakex" if skylakex else "haswell" if haswell else "x64"
+    monkeypatch.setattr(_ffi, "LIB_DIR", tmp_path)
+    assert _ffi._ops_library() == tmp_path / f"libomnivoice-ops-{want}.so"
+    (tmp_path / "libomnivoice-ops.so").write_bytes(b"")
+    assert _ffi._ops_library() == tmp_path / "libomnivoice-ops.so"

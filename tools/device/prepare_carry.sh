@@ -20,7 +20,8 @@
 #              client (~30 MB xz'd, from the 79 MB wheel), jsonschema's wheels (h200_checks.sh PARTS=ray) and the
 #              wheels Ray Serve needs besides the server's (grpcio, aiohttp and its own, watchfiles, colorful:
 #              ~11 MB; PARTS=serve)
-# Each part is skipped when it is already there; delete a folder to make it again.
+# Each part is skipped when it is already there; delete a folder to make it again. SKIP_REF=1 skips the dump
+# (for the calls that do not read it: vulkan_f32.sh, cuda_wheel.sh).
 #
 #     bash tools/device/prepare_carry.sh        # REF_PYTHON (default /work/refvenv/bin/python) and
 #                                               # CKPT_FULL (default /work/shared-data/ckpt-full) for the dump
@@ -73,7 +74,7 @@ if [ ! -f .devcarry/ggml-src.tar.xz ]; then
     xz -T0 -6 > .devcarry/ggml-src.tar.xz
 fi
 
-if [ ! -f .devcarry/ref_auto5.npz ]; then
+if [ "${SKIP_REF:-0}" != 1 ] && [ ! -f .devcarry/ref_auto5.npz ]; then
   ${REF_PYTHON:-/work/refvenv/bin/python} tools/reference/run_reference.py generate \
     "${CKPT_FULL:-/work/shared-data/ckpt-full}" --mode auto \
     --text "The quick brown fox jumps over the lazy dog near the river bank." --language English \
