@@ -515,9 +515,12 @@ if _meta is not None:
         _bdist_wheel = object
 
     class BdistWheel(_bdist_wheel):
-        """The wheel carries compiled libraries: tag it for this platform, not py3-none-any."""
+        """The wheel carries compiled libraries: tag it for this platform, not py3-none-any, and put the package
+        at the wheel's root as platlib (a distribution without extension modules is installed as purelib, under
+        .data/purelib, and auditwheel refuses to repair a wheel with libraries there)."""
 
         def finalize_options(self):
+            self.distribution.has_ext_modules = lambda: True
             super().finalize_options()
             self.root_is_pure = False
 

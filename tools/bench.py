@@ -185,7 +185,7 @@ def _env_for(side: str, ref_pythonpath: list[str]) -> dict:
         paths = ref_pythonpath + paths
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    else:
+    elif side == "ours":
         paths = [str(REPO)] + paths
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env

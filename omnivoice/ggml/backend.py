@@ -187,8 +187,9 @@ def registry_has(reg, capability: str) -> bool:
 
 def cpu_features() -> frozenset[str]:
     """The SIMD features that this build's CPU kernels use (ggml's own names: AVX2, F16C, FMA, AVX512,
-    AVX512_BF16, AVX512_VNNI, AMX_INT8, NEON, FP16_VA, MATMUL_INT8, SVE, ...). The CPU backend is compiled for
-    the machine it was built on, so these are that CPU's."""
+    AVX512_BF16, AVX512_VNNI, AMX_INT8, NEON, FP16_VA, MATMUL_INT8, SVE, ...): a source build's CPU backend is
+    compiled for the machine it was built on, so these are that CPU's; a wheel's is the module of the highest x86
+    level this CPU runs (GGML_CPU_ALL_VARIANTS), and these are that level's."""
     load_backends()
     reg = lib.ggml_backend_dev_backend_reg(lib.ggml_backend_dev_by_type(lib.GGML_BACKEND_DEVICE_TYPE_CPU))
     return frozenset(name for name, value in registry_features(reg).items() if value not in ("0", ""))

@@ -133,3 +133,16 @@ def test_worker_crash_is_a_clear_error(tmp_path):
             w.load()
     finally:
         bench.WORKER = orig
+
+
+def test_an_installed_copy_runs_without_the_repository(monkeypatch):
+    """--installed LABEL=PYTHON: its workers see neither the repository on PYTHONPATH nor the reference's
+    folders; the repository's own workers get the repository first."""
+    args = bench.parse_args(["--checkpoint", "x", "--installed", "wheel=/venv/bin/python", "--no-reference"])
+    assert args.installed_pythons == [("wheel", "/venv/bin/python")]
+    with pytest.raises(SystemExit, match="LABEL=PYTHON"):
+        bench.parse_args(["--checkpoint", "x", "--installed", "/venv/bin/python"])
+    monkeypatch.setenv("PYTHONPATH", f"{bench.REPO}:/elsewhere")
+    assert bench._env_for("installed", ["/ref"])["PYTHONPATH"] == "/elsewhere"
+    assert bench._env_for("ours", ["/ref"])["PYTHONPATH"] == f"{bench.REPO}:{bench.REPO}:/elsewhere"
+    assert bench._env_for("ref", ["/ref"])["PYTHONPATH"] == "/ref:/elsewhere"
