@@ -117,7 +117,7 @@ def _whole(answer: bytes) -> bool:
     return False
 
 
-def _closed(s: socket.socket, within: float) -> bool:
+def closed_by_server(s: socket.socket, within: float) -> bool:
     """Whether the server closes `s` within `within` seconds (what it sends first is read and dropped)."""
     s.settimeout(within)
     try:
@@ -180,7 +180,7 @@ def slow_head(t: Target, rng: random.Random) -> tuple[str, str]:
             time.sleep(pause)
             if time.monotonic() - t0 > 4 * HEADER_TIMEOUT:
                 break
-        closed = _closed(s, 2 * HEADER_TIMEOUT)
+        closed = closed_by_server(s, 2 * HEADER_TIMEOUT)
     return ("clean" if closed else "no answer"), f"{step} bytes every {pause} s"
 
 
@@ -191,7 +191,7 @@ def no_body(t: Target, rng: random.Random) -> tuple[str, str]:
             f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n").encode()
     with t.connect() as s:
         s.sendall(head + b"{" * sent)
-        closed = _closed(s, BODY_TIMEOUT + 10)
+        closed = closed_by_server(s, BODY_TIMEOUT + 10)
     return ("clean" if closed else "no answer"), f"Content-Length {length}, {sent} bytes sent"
 
 
