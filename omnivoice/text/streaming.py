@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Iterable, Iterator, List, Optional
 
 from .chunking import chunk_text_punctuation
-from .sentences import SENTENCE_END, SentenceFeed, split_sentences
+from .sentences import SENTENCE_END, SPLIT_PUNCTUATION, SentenceFeed, split_sentences
 
 __all__ = ["FIRST_SENTENCE_MAX_CHARS", "FIRST_PIECE_CHARS", "first_pieces", "stream_sentences",
            "stream_arriving_sentences", "StreamFeed"]
@@ -100,7 +100,7 @@ def _known_head(text: str) -> Optional[str]:
     by a clause that did not fit beside it; more text only lengthens that clause or adds clauses after it. A
     sentence mark in `text` (the sentence's end, or a dot of "3.14" or "Mr." that chunking splits at and the
     sentence rule does not) leaves it to the whole sentence."""
-    if any(c in SENTENCE_END for c in text):
-        return None
+    if not SENTENCE_END.isdisjoint(text) or SPLIT_PUNCTUATION.isdisjoint(text):
+        return None  # (without clause marks first_pieces keeps the sentence whole)
     pieces = first_pieces(text)
     return pieces[0] if len(pieces) > 1 else None
