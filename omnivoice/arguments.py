@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_quant_option", "thread_count"]
+__all__ = ["add_quant_option", "add_threads_option", "thread_count"]
 
 
 def thread_count(value: str) -> int:
@@ -19,16 +19,26 @@ def thread_count(value: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def add_threads_option(group, note: str = "") -> None:
+    """`--threads` as every command that loads a model names it, its default in the words of ggml.threads."""
+    from .ggml.threads import SAMPLE_S
+
+    group.add_argument("--threads", type=thread_count,
+                       help="CPU threads (default: $OMNIVOICE_THREADS, else the cores this process may use less "
+                            f"those busy with other work now, from a {SAMPLE_S:g} s sample of the CPUs' time, or "
+                            "the load average where that cannot be read: a thread sharing a busy core slows all"
+                            f"{note})")
+
+
 def add_quant_option(group) -> None:
     """`--quant` as every command that loads a model names it: what a checkpoint is converted to, or which file
     of a folder or a repo of GGUFs is used (resolve.resolve_model; auto: resolve.default_quant)."""
-    from .resolve import REPO_QUANT_ORDER
+    from .resolve import AUTO_QUANT_HELP, REPO_QUANT_ORDER
 
     group.add_argument("--quant", default="auto", choices=("auto",) + REPO_QUANT_ORDER, metavar="QUANT",
                        help="LM weight type: what a checkpoint is converted to, or which file of a folder or a "
-                            f"repo of GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: bf16 on "
-                            "CUDA, f16 on other GPUs; on the CPU by its kernels: bf16 with AMX, f16 "
-                            "with AVX2 and F16C, else f32)")
+                            f"repo of GGUFs is used: auto, {', '.join(REPO_QUANT_ORDER)} (default auto: "
+                            f"{AUTO_QUANT_HELP})")
     from .runners.lm import CPU_PRODUCTS
 
     group.add_argument("--cpu-products", choices=CPU_PRODUCTS, default=None,

@@ -139,10 +139,11 @@ def signals_deferred() -> Iterator[None]:
             signal.raise_signal(held[0])
 
 
-def run(body: Callable[[], int]) -> int:
+def run(body: Callable[[], int], listing: bool = False) -> int:
     """Run a command's body: signals unwind it cleanly, errors become one `error: ...` line and an exit status.
 
-    The traceback of an internal failure is logged at debug level (shown with --verbose).
+    The traceback of an internal failure is logged at debug level (shown with --verbose). A `listing` prints on
+    stdout for a reader that may want only its start (`| head`): a closed pipe ends it quietly with status 0.
     """
     handlers, watchdog = None, None
     if threading.current_thread() is threading.main_thread():
@@ -150,7 +151,10 @@ def run(body: Callable[[], int]) -> int:
         watchdog = _Watchdog()
     signalled = False
     try:
-        return body()
+        status = body()
+        if listing:
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+        return status
     except KeyboardInterrupt:
         signalled = True
         print("interrupted", file=sys.stderr)
@@ -165,15 +169,17 @@ def run(body: Callable[[], int]) -> int:
     except BrokenPipeError:
         # the reader of stdout went away (`| head`, a closed player): nothing more can be written
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if listing:  # it read what it wanted
+            return EXIT_OK
         print("error: the output pipe was closed", file=sys.stderr)
         return EXIT_FAILURE
     except BAD_INPUT as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {message(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Exception as e:
         # the network or the disk, not the program: an OSError, or an error that says so (resolve.DownloadError)
         if isinstance(e, OSError) or getattr(e, "exit_status", None) == EXIT_FAILURE:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {message(e)}", file=sys.stderr)
             return EXIT_FAILURE
         log.debug("internal failure", exc_info=True)
         print(f"error: internal failure: {type(e).__name__}: {e}", file=sys.stderr)
@@ -184,6 +190,23 @@ def run(body: Callable[[], int]) -> int:
         if handlers and not signalled:  # after a signal the process is exiting: keep ignoring the next one
             for s, h in handlers.items():
                 signal.signal(s, h)
+
+
+def message(e: BaseException) -> str:
+    """An error's words for the `error:` line. An OSError as the system raised it ("[Errno 2] No such file or
+    directory: 'x.jsonl'") is worded as the package words its own: "x.jsonl: no such file or directory"."""
+    text = str(e)
+    if isinstance(e, OSError) and e.strerror and e.filename is not None and text.startswith("[Errno"):
+        names = f"{e.filename} -> {e.filename2}" if e.filename2 is not None else f"{e.filename}"
+        return f"{names}: {e.strerror[:1].lower()}{e.strerror[1:]}"
+    return text
+
+
+def setup_logging(level: int, fmt: str) -> None:
+    """The root logger of a command line: its level and format. huggingface_hub prints its warnings through a
+    handler of its own, so its records do not also go to ours (each hub warning was printed twice)."""
+    logging.basicConfig(level=level, format=fmt)
+    logging.getLogger("huggingface_hub").propagate = False
 
 
 class Progress:

@@ -26,7 +26,7 @@ import stat
 from pathlib import Path
 from typing import BinaryIO, Iterator, Union
 
-__all__ = ["FileWriteError", "atomic_write", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["FileWriteError", "atomic_write", "atomic_write_bytes", "atomic_write_text", "check_writable"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -103,6 +103,27 @@ def atomic_write(path: PathLike, what: str = "the output") -> Iterator[BinaryIO]
             raise FileWriteError(f"{target}: cannot write ({_reason(exc)})") from exc
         raise
     finally:
+        _in_progress.discard(tmp)
+
+
+def check_writable(path: PathLike) -> None:
+    """Raise FileWriteError unless atomic_write can write `path`: its temporary file is created beside it and
+    removed, for a command to know before its work that the output can be written. Permissions alone do not
+    tell (root may write anywhere but /proc and /sys take no new file; a read-only mount; a full disk's
+    inodes). A device or FIFO at `path` is written in place and not opened here (a FIFO would wait for its
+    reader)."""
+    target = Path(os.fspath(path))
+    if target.is_dir() and not target.is_symlink():
+        raise FileWriteError(f"{target}: is a directory; give a file name")
+    if _is_special(target):
+        return
+    f, tmp = _open_temporary(target)
+    _in_progress.add(tmp)
+    try:
+        f.close()
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         _in_progress.discard(tmp)
 
 

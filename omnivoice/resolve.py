@@ -20,6 +20,7 @@ cleans the cache.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -43,7 +44,8 @@ _REPO_CODEC = re.compile(r"omnivoice-tokenizer-(.+)\.gguf", re.IGNORECASE)
 _HASHES = "hashes.json"
 _SOURCE = "source.json"
 
-__all__ = ["DEFAULT_REPO", "ModelNotAvailable", "DownloadError", "cache_dir", "default_quant", "resolve_model",
+__all__ = ["DEFAULT_REPO", "ModelNotAvailable", "DownloadError", "cache_dir", "default_quant", "AUTO_QUANT_HELP",
+           "resolve_model",
            "check_model", "resolve_codec", "CacheEntry", "list_cache", "remove_cache_entry"]
 
 
@@ -91,6 +93,11 @@ def default_quant(backend_name: str, cpu_features: frozenset[str] | None = None)
         if not int8.available():
             return "bf16"
     return "f16" if {"AVX2", "F16C"} <= cpu_features else "f32"
+
+
+AUTO_QUANT_HELP = ("bf16 on CUDA, f16 on other GPUs; on the CPU by its kernels: bf16 with AMX, f16 with AVX2 and "
+                   "F16C, else f32")
+"""default_quant in words, for the help of every --quant."""
 
 
 # ------------------------------------------------------------------------------------------------ resolution
@@ -170,18 +177,27 @@ def _folder_kind(path: Path, model: str) -> str:
 
 def resolve_codec(model: str) -> Path:
     """The codec GGUF for a codec-only tool: a GGUF file itself, the codec of a folder of converted GGUFs, or
-    (a checkpoint directory or repo id) the codec of its cached conversion."""
+    (a checkpoint directory or repo id) the codec of its cached conversion. Only the codec is downloaded or
+    converted: the LM is not needed."""
     path = Path(model).expanduser()
     if path.is_file():
         return path
-    if path.is_dir() and not (path / "config.json").is_file():
-        codec = _codec_in(path)
-        if codec is None:
-            raise ModelNotAvailable(f"{path}: holds no codec GGUF ({_codec_name()}); pass --model with the "
-                                    f"codec GGUF file")
-        log.info("model folder %s: codec %s", path, codec.name)
-        return codec
-    return resolve_model(model)[1]
+    if not path.exists():
+        _, path, _, _ = _locate(model, None)  # a repo id, or ModelNotAvailable
+        files = _download_gguf_repo(model, "auto", "f32", lm=False)
+        if files is not None:
+            return files[1]
+        path = _download(model)
+    if (path / "config.json").is_file():
+        return _convert_cached(path, None)[1]
+    if not path.is_dir():
+        raise ModelNotAvailable(f"model not found: {model} (not a file or a directory)")
+    codec = _codec_in(path)
+    if codec is None:
+        raise ModelNotAvailable(f"{path}: holds no codec GGUF ({_codec_name()}); pass --model with the "
+                                f"codec GGUF file")
+    log.info("model folder %s: codec %s", path, codec.name)
+    return codec
 
 
 def _lm_name(quant: str) -> str:
@@ -284,20 +300,23 @@ def pick_repo_files(files: Iterable[str], quant: str = "auto", prefer: str = "f3
     return lms[pick], codecs[codec]
 
 
-def _download_gguf_repo(repo_id: str, quant: str, prefer: str) -> Optional[tuple[Path, Path]]:
+def _download_gguf_repo(repo_id: str, quant: str, prefer: str,
+                        lm: bool = True) -> Optional[tuple[Optional[Path], Path]]:
     """A repo of GGUFs: its LM and codec files (pick_repo_files), each downloaded alone into huggingface_hub's
-    cache (where a second run finds them). None for a checkpoint repo, and when the listing cannot be had (no
-    network: the snapshot path then finds what is cached, or says what failed)."""
-    try:
-        files = _hub(repo_id, lambda hub: hub.HfApi().list_repo_files(repo_id))
+    cache (where a second run finds them); without `lm` the codec alone (the LM's place is None). None for a
+    checkpoint repo, and when the listing cannot be had (no network: the snapshot path then finds what is
+    cached, or says what failed)."""
+    try:  # the model card's file list: one request, where list_repo_files retries a dead network for 25 s
+        files = _hub(repo_id, lambda hub: [s.rfilename for s in hub.HfApi().model_info(repo_id).siblings or ()])
     except DownloadError:
         return None
     pick = pick_repo_files(files, quant, prefer)
     if pick is None:
         return None
-    log.info("%s: downloading %s and %s", repo_id, *pick)
-    lm, codec = (Path(_hub(repo_id, lambda hub, n=n: hub.hf_hub_download(repo_id, n))) for n in pick)
-    return lm, codec
+    names = pick if lm else pick[1:]
+    log.info("%s: downloading %s", repo_id, " and ".join(names))
+    paths = [Path(_hub(repo_id, lambda hub, n=n: hub.hf_hub_download(repo_id, n))) for n in names]
+    return (paths[0] if lm else None), paths[-1]
 
 
 def _first_line(e: BaseException) -> str:
@@ -361,22 +380,38 @@ def _entry_id(checkpoint: Path, memo: _HashMemo) -> str:
     return source_digest(checkpoint, ("lm", "codec"), memo)[:16]
 
 
-def _convert_cached(checkpoint: Path, quant: str) -> tuple[Path, Path]:
-    """The checkpoint's GGUFs in the cache, converted first if they are not there."""
-    from .convert import convert_checkpoint
+def _convert_cached(checkpoint: Path, quant: Optional[str]) -> tuple[Optional[Path], Path]:
+    """The checkpoint's GGUFs in the cache, converted first if they are not there: the LM of weight type `quant`
+    and the codec, or (`quant` None, for a codec-only tool) the codec alone.
+
+    The entry records its checkpoint before anything is converted into it, so that one an interrupted conversion
+    leaves holding a whole file says where it is from; one left with nothing else is removed again."""
+    from .convert import convert_checkpoint, convert_codec
 
     root = cache_dir()
     memo = _HashMemo(root)
     out = root / f"{checkpoint.name}-{_entry_id(checkpoint, memo)}"
     if out.is_symlink():  # a link planted as an entry: not followed, neither to load from nor to write into
         out.unlink()
-    lm, codec = out / _lm_name(quant), out / _codec_name()
-    if not _own_file(lm) or not _own_file(codec):
-        log.info("converting %s to %s in %s (once; the codec is kept if already there)", checkpoint,
-                 quant.upper(), out)
+    lm = out / _lm_name(quant) if quant else None
+    codec = out / _codec_name()
+    if not _own_file(codec) or (lm is not None and not _own_file(lm)):
+        log.info("converting %s %sin %s (once; the codec is kept if already there)", checkpoint,
+                 f"to {quant.upper()} " if quant else "(its codec) ", out)
         t0 = time.perf_counter()
-        convert_checkpoint(checkpoint, out, quant=quant, progress=False, file_hash=memo)
-        _write_source(out, checkpoint)
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            _write_source(out, checkpoint)
+            if lm is None:
+                convert_codec(checkpoint, out, progress=False, file_hash=memo)
+            else:
+                convert_checkpoint(checkpoint, out, quant=quant, progress=False, file_hash=memo)
+        except BaseException:  # a bad checkpoint, a full disk, Ctrl-C: no empty entry stays behind
+            with contextlib.suppress(OSError):
+                if {p.name for p in out.iterdir()} <= {_SOURCE}:  # (another run's temporary file keeps it)
+                    (out / _SOURCE).unlink(missing_ok=True)
+                    out.rmdir()
+            raise
         log.info("converted in %.1f s", time.perf_counter() - t0)
     memo.save()
     return lm, codec

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Optional
 
 from . import cli
-from .arguments import add_quant_option, thread_count
+from .arguments import add_quant_option, add_threads_option
 from .options import DEFAULTS, OptionError, add_arguments, flag_message, flags, from_arguments
+from .text.utf8 import decode_utf8
 
 FORMATS = ("wav16", "wav24", "wav32", "flac", "ogg", "opus", "mp3")
 
@@ -65,9 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
     add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
-    g.add_argument("--threads", type=thread_count,
-                   help="CPU threads (default: $OMNIVOICE_THREADS, else the cores this process may use less those "
-                        "busy with other work, by the load average: a thread sharing a busy core slows all)")
+    add_threads_option(g)
     g.add_argument("--list-devices", action="store_true", help="print the usable backends and devices, exit")
     g.add_argument("--list-languages", action="store_true", help="print the language ids and names, exit")
 
@@ -139,7 +138,8 @@ def read_text(args) -> str:
         return args.text
     if sys.stdin is None or sys.stdin.isatty():
         raise ValueError("no text: give it as an argument or on stdin")
-    return sys.stdin.read()
+    stdin = getattr(sys.stdin, "buffer", None)
+    return sys.stdin.read() if stdin is None else decode_utf8(stdin.read(), "stdin")
 
 
 def read_ref_text(value: Optional[str]) -> Optional[str]:
@@ -149,10 +149,7 @@ def read_ref_text(value: Optional[str]) -> Optional[str]:
         return None
     path = Path(value).expanduser()
     if len(value) < 4096 and path.is_file():
-        try:
-            return path.read_text(encoding="utf-8").strip()
-        except UnicodeDecodeError as e:
-            raise ValueError(f"--ref-text {value}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        return decode_utf8(path.read_bytes(), f"--ref-text {value}").strip()
     one_word = not any(c.isspace() for c in value.strip())
     if value.strip().lower().endswith(".txt") and "\n" not in value or one_word and ("/" in value or os.sep in value):
         raise FileNotFoundError(f"--ref-text {value}: no such file (to pass the transcript itself, write it out)")
@@ -160,7 +157,10 @@ def read_ref_text(value: Optional[str]) -> Optional[str]:
 
 
 def check_output(path: str, what: str = "-o") -> None:
-    """The output can be written: not a folder, its folder exists and is writable."""
+    """The output can be written: not a folder, its folder exists, and the writer's temporary file can be
+    created there (files.check_writable)."""
+    from .files import FileWriteError, check_writable
+
     if path == "-":
         return
     p = Path(path).expanduser()
@@ -171,8 +171,11 @@ def check_output(path: str, what: str = "-o") -> None:
     parent = p.parent
     if not parent.is_dir():
         raise FileNotFoundError(f"{what} {path}: the folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"{what} {path}: the folder {parent} is not writable")
+    try:
+        check_writable(p)
+    except FileWriteError as e:
+        raise PermissionError(f"{what} {path}: cannot be written ({getattr(e.__cause__, 'strerror', None) or e})") \
+            from None
 
 
 def check_timeline(srt: str, cues: list, fmt: str) -> None:
@@ -300,7 +303,12 @@ def stdin_lines():
     """Lines of stdin as they arrive (a pipe is read line by line, not to its end first)."""
     if sys.stdin is None or sys.stdin.isatty():
         raise ValueError("no text: give it as an argument or on stdin")
-    yield from iter(sys.stdin.readline, "")
+    stdin = getattr(sys.stdin, "buffer", None)
+    if stdin is None:
+        yield from iter(sys.stdin.readline, "")
+        return
+    for n, line in enumerate(iter(stdin.readline, b""), start=1):
+        yield decode_utf8(line, "stdin", first_line=n)
 
 
 def stream_stdout(ov, args, text: Optional[str], voice, opts: dict, fmt: str) -> int:
@@ -368,14 +376,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (see omnivoice.cli)."""
     args = build_parser().parse_args(argv)
     # the package says what it does at INFO (a conversion, which files of a folder it uses); libraries only warn
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
-                        format="%(message)s" if not args.verbose else "%(levelname)s %(name)s: %(message)s")
+    cli.setup_logging(logging.DEBUG if args.verbose else logging.ERROR if args.quiet else logging.WARNING,
+                      "%(message)s" if not args.verbose else "%(levelname)s %(name)s: %(message)s")
     if not args.quiet and not args.verbose:
         logging.getLogger("omnivoice").setLevel(logging.INFO)
     if args.list_devices:
-        return cli.run(list_devices)
+        return cli.run(list_devices, listing=True)
     if args.list_languages:
-        return cli.run(list_languages)
+        return cli.run(list_languages, listing=True)
     return cli.run(lambda: run(args))
 
 

@@ -13,11 +13,14 @@ import sys
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
 
 from omnivoice.cache import main as cache_main
 from omnivoice.convert import source
 from omnivoice.resolve import ModelNotAvailable, list_cache, resolve_codec, resolve_model
+from tests.golden_paths import GOLDEN
 
 ROOT = Path(__file__).resolve().parents[1]
 CODEC = "omnivoice-tokenizer-F32.gguf"
@@ -53,6 +56,62 @@ def test_folder_errors_say_what_to_pass(tiny_gguf, tmp_path):
     no_codec = folder_with(tmp_path, tiny_gguf, "f32")
     with pytest.raises(ModelNotAvailable, match="no codec GGUF"):
         resolve_model(str(no_codec))
+
+
+def test_a_codec_tool_converts_only_the_codec_of_a_checkpoint(tiny_checkpoint, tmp_path, monkeypatch, capsys):
+    from omnivoice.codec.__main__ import main as codec_main
+    from omnivoice.convert import convert_checkpoint
+
+    monkeypatch.setenv("OMNIVOICE_CACHE", str(tmp_path / "cache"))
+    clip = tmp_path / "clip.wav"
+    sf.write(clip, np.load(GOLDEN / "ref_clone.npz")["ref_wav_input"], 24000)
+    args = ["--model", str(tiny_checkpoint), "-i", str(clip), "-o", str(tmp_path / "clip.rvq"), "--backend", "cpu"]
+    assert codec_main(args + ["-q"]) == 0, capsys.readouterr().err
+    (entry,) = list_cache()
+    assert entry.files == (CODEC,) and entry.checkpoint == str(tiny_checkpoint.resolve())
+    # the codec is the converter's, byte for byte; a later LM conversion into the entry keeps it
+    _, reference = convert_checkpoint(tiny_checkpoint, tmp_path / "ref", "f32", progress=False)
+    codec = entry.path / CODEC
+    assert codec.read_bytes() == reference.read_bytes()
+    before = codec.stat().st_mtime_ns
+    lm, codec2 = resolve_model(str(tiny_checkpoint), quant="f32")
+    assert lm.parent == entry.path and codec2 == codec and codec.stat().st_mtime_ns == before
+    with pytest.raises(SystemExit):
+        codec_main(["--help"])
+    assert "checkpoint directory" in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_interrupted_first_conversion_leaves_no_empty_entry(tiny_checkpoint, tmp_path, monkeypatch):
+    import omnivoice.convert as convert
+
+    monkeypatch.setenv("OMNIVOICE_CACHE", str(tmp_path / "cache"))
+    real = convert.write_gguf
+
+    def interrupted(path, *args, **kwargs):  # Ctrl-C while the first file is written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(convert, "write_gguf", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        resolve_model(str(tiny_checkpoint), quant="f32")
+    assert list_cache() == []
+
+    calls = []
+
+    def codec_interrupted(path, *args, **kwargs):  # the LM is written whole, Ctrl-C during the codec
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(convert, "write_gguf", codec_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        resolve_model(str(tiny_checkpoint), quant="f32")
+    (entry,) = list_cache()  # the whole LM file stays, and the entry says which checkpoint it is from
+    assert entry.files == ("omnivoice-base-F32.gguf",) and entry.checkpoint == str(tiny_checkpoint.resolve())
+    monkeypatch.setattr(convert, "write_gguf", real)
+    lm, codec = resolve_model(str(tiny_checkpoint), quant="f32")
+    assert lm.parent == codec.parent == entry.path and [e.files for e in list_cache()] == \
+        [("omnivoice-base-F32.gguf", CODEC)]
 
 
 def tts(*args, env=None) -> subprocess.CompletedProcess:
@@ -139,6 +198,9 @@ def test_network_failure_is_not_bad_input(tmp_path):
                  "OMNIVOICE_CACHE": str(tmp_path / "c")})
     err = r.stderr.decode()
     assert r.returncode == 1 and "could not download nobody/no-such-omnivoice" in err and "internal" not in err, err
+    # one attempt, said once: huggingface_hub's retries of a dead network took 25 s, each warning printed twice
+    lines = err.splitlines()
+    assert "Retrying" not in err and len(lines) == len(set(lines)), err
 
 
 def closed_port() -> int:

@@ -18,6 +18,7 @@ from typing import Union
 
 import numpy as np
 
+from ..text.utf8 import decode_utf8
 from .io import check_rate
 
 __all__ = ["Cue", "SrtError", "parse_srt", "load_srt", "place_cues", "timeline_samples", "MAX_HOURS"]
@@ -125,12 +126,7 @@ def load_srt(path: Union[str, "os.PathLike[str]"]) -> list[Cue]:
             raw = f.read()
     except OSError as exc:
         raise SrtError(f"{name}: cannot read ({exc.strerror or exc})") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise SrtError(f"{name}:{line}: not valid UTF-8 text (byte {exc.start}); save the SRT as UTF-8") from exc
-    return parse_srt(text, source=name)
+    return parse_srt(decode_utf8(raw, name, SrtError), source=name)
 
 
 def place_cues(cues: Sequence[Cue], audios: Sequence[np.ndarray], sample_rate: int) -> np.ndarray:

@@ -14,7 +14,7 @@ import time
 from typing import Optional
 
 from .. import cli
-from ..arguments import add_quant_option, thread_count
+from ..arguments import add_quant_option, add_threads_option
 from ..cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_OOM
 from ..options import OptionError, add_arguments, flag_message, flags, from_arguments
 from .manifest import read_manifest
@@ -72,8 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
     add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
-    g.add_argument("--threads", type=thread_count,
-                   help="CPU threads (default: all cores; with --cpu-actors, shared)")
+    add_threads_option(g, "; with --cpu-actors, each actor's share of the cluster's CPUs")
     g.add_argument("--batch-size", default="auto",
                    help="requests per LM step (default auto: by device and free memory)")
 
@@ -284,8 +283,8 @@ def run_local(args, items, batch_size, say, on_ready=lambda: None):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING if not args.quiet else
-                        logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    cli.setup_logging(logging.DEBUG if args.verbose else logging.WARNING if not args.quiet else logging.ERROR,
+                      "%(levelname)s %(name)s: %(message)s")
     return cli.run(lambda: run(args))
 
 

@@ -2,6 +2,7 @@
 
     python -m omnivoice.codec --model omnivoice-tokenizer-F32.gguf -i clip.wav     # writes clip.rvq
     python -m omnivoice.codec --model models -i clip.rvq -o clip.flac               # a folder of converted GGUFs
+    python -m omnivoice.codec --model ./OmniVoice -i clip.wav                       # a checkpoint: its codec
 
 An output name the user did not give never replaces a file: decoding clip.rvq beside an existing clip.wav writes
 clip.decoded.wav, and when that exists too (or clip.rvq exists when encoding) it stops and asks for -o.
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from .. import cli
-from ..arguments import thread_count
+from ..arguments import add_threads_option
 from ..audio import MAX_REFERENCE_SECONDS, load_audio, preprocess_reference
 from ..audio.io import OUTPUT_FORMATS, output_format, write_audio
 from .rvq_format import FORMAT_OMNIVOICE, FORMATS, MAGIC, RvqFormatError, check_rates, read_rvq, save_rvq
@@ -38,7 +39,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                "Decoded audio: format by the -o extension (.wav, .flac, .ogg, .opus, .mp3) or --format. "
                + cli.EXIT_STATUS_HELP + ".")
     ap.add_argument("--model", required=True,
-                    help="codec GGUF (omnivoice-tokenizer-F32.gguf), or a folder of converted GGUFs holding it")
+                    help="codec GGUF (omnivoice-tokenizer-F32.gguf), a folder of converted GGUFs holding it, or an "
+                         "OmniVoice checkpoint directory or Hugging Face repo id, whose codec alone is converted "
+                         "once into the cache ($OMNIVOICE_CACHE, else ~/.cache/omnivoice)")
     ap.add_argument("-i", "--input", required=True,
                     help="input: a .rvq file decodes; any audio file soundfile reads encodes")
     ap.add_argument("-o", "--output", help="output path (default: next to the input, extension swapped)")
@@ -49,7 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--encode-backend", default=None,
                     help="backend for encoding only (default: --backend). On CUDA, ggml's F32 matrix products run "
                          "in TF32; --encode-backend cpu gives codes identical to the float32 reference")
-    ap.add_argument("--threads", type=thread_count, default=None, help="CPU threads (default: all available)")
+    add_threads_option(ap)
     ap.add_argument("--no-preprocess", action="store_true",
                     help="encode without the silence trim (RMS auto-gain and frame truncation still apply)")
     ap.add_argument("--rvq-format", default=FORMAT_OMNIVOICE, choices=FORMATS,

@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..text.utf8 import decode_utf8
 from .rvq_format import check_rates, read_rvq, save_rvq
 
 __all__ = ["VoicePrompt", "transcript_path"]
@@ -68,10 +69,7 @@ class VoicePrompt:
             side = transcript_path(path)
             if not side.is_file():
                 raise FileNotFoundError(f"no transcript for voice {path}: expected {side}, or pass ref_text")
-            try:
-                text = side.read_text(encoding="utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{side}: the transcript is not UTF-8 text ({e.reason} at byte {e.start})") from None
+            text = decode_utf8(side.read_bytes(), str(side))
         return cls(rvq.codes, text.strip(), rvq.ref_rms)
 
 

@@ -24,7 +24,7 @@ from .errors import CheckpointError, ConversionError
 from .lm import QUANTS, plan_lm
 from .source import FileHash, file_sha256, source_digest
 
-__all__ = ["convert_checkpoint", "lm_filename", "CODEC_FILENAME", "QUANTS", "CheckpointError", "ConversionError",
+__all__ = ["convert_checkpoint", "convert_codec", "lm_filename", "CODEC_FILENAME", "QUANTS", "CheckpointError", "ConversionError",
            "GGUFWriteError", "open_checkpoint", "Checkpoint"]
 
 
@@ -40,21 +40,43 @@ def convert_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, quant: s
     t0 = time.time()
     ck = open_checkpoint(checkpoint_dir)
     lm_kv, lm_tensors, _ = plan_lm(ck, quant)
-    codec_kv, codec_tensors = plan_codec(ck)
-    codec_source = source_digest(ck.root, ("codec",), file_hash)
-    codec_kv.append((K.SOURCE_SHA256, codec_source, "str"))
+    codec = _plan_codec(ck, file_hash)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lm_path = write_gguf(out / lm_filename(quant), K.ARCH_LM, lm_kv, lm_tensors, progress, "lm ")
-    codec_path = out / CODEC_FILENAME
-    if _made_from(codec_path, codec_source):
-        if progress:
-            print(f"kept {codec_path}: converted from the same codec weights", file=sys.stderr)
-    else:
-        write_gguf(codec_path, K.ARCH_CODEC, codec_kv, codec_tensors, progress, "codec ")
+    codec_path = _write_codec(out, codec, progress)
     if progress:
         print(f"wrote {lm_path} and {codec_path} in {time.time() - t0:.1f} s", file=sys.stderr)
     return lm_path, codec_path
+
+
+def convert_codec(checkpoint_dir: str | Path, out_dir: str | Path, progress: bool = True,
+                  file_hash: FileHash = file_sha256) -> Path:
+    """Convert only a checkpoint's codec (what a codec-only tool needs); returns the codec GGUF's path. As in
+    convert_checkpoint, one already in `out_dir` made from the same codec files is kept."""
+    codec = _plan_codec(open_checkpoint(checkpoint_dir), file_hash)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return _write_codec(out, codec, progress)
+
+
+def _plan_codec(ck: Checkpoint, file_hash: FileHash) -> tuple[list, list, str]:
+    """The codec GGUF's metadata (with the hash of the files it is made from), tensors, and that hash."""
+    kv, tensors = plan_codec(ck)
+    source = source_digest(ck.root, ("codec",), file_hash)
+    kv.append((K.SOURCE_SHA256, source, "str"))
+    return kv, tensors, source
+
+
+def _write_codec(out: Path, plan: tuple[list, list, str], progress: bool) -> Path:
+    kv, tensors, source = plan
+    path = out / CODEC_FILENAME
+    if _made_from(path, source):
+        if progress:
+            print(f"kept {path}: converted from the same codec weights", file=sys.stderr)
+    else:
+        write_gguf(path, K.ARCH_CODEC, kv, tensors, progress, "codec ")
+    return path
 
 
 def _made_from(path: Path, source: str) -> bool:

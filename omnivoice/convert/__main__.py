@@ -10,6 +10,7 @@ from .. import cli
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and convert; a bad checkpoint is one `error:` line and exit status 2 (omnivoice.cli)."""
+    from ..resolve import AUTO_QUANT_HELP
     from .lm import QUANTS
 
     ap = argparse.ArgumentParser(
@@ -23,8 +24,7 @@ def main(argv: list[str] | None = None) -> int:
                     metavar="QUANT",
                     help="storage of the LM matrices and embeddings (norms stay F32): " + ", ".join(QUANTS)
                          + " (the K-quants with omnivoice.cpp's tensor policy, see omnivoice.quantize); default "
-                         "auto: the type that suits --backend, as omnivoice.tts converts (bf16 on CUDA, f16 on other "
-                         "GPUs, f32 on the CPU)")
+                         f"auto: the type that suits --backend, as omnivoice.tts converts ({AUTO_QUANT_HELP})")
     ap.add_argument("--backend", default="auto",
                     help="the backend the files are for, which decides --quant auto (default auto: the first GPU "
                          "of this install, else the CPU)")

@@ -11,8 +11,8 @@ import socket
 import sys
 from pathlib import Path
 
-from ..arguments import add_quant_option, thread_count
-from ..cli import EXIT_STATUS_HELP, run
+from ..arguments import add_quant_option, add_threads_option
+from ..cli import EXIT_STATUS_HELP, run, setup_logging
 from ..config import current
 
 log = logging.getLogger("omnivoice.server")
@@ -83,7 +83,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     add_quant_option(g)
-    g.add_argument("--threads", type=thread_count, help="CPU threads (default: all cores)")
+    add_threads_option(g)
 
 
 def add_engine_arguments(g) -> None:
@@ -238,7 +238,7 @@ def serve_ray(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(getattr(logging, args.log_level.upper()), "%(levelname)s %(name)s: %(message)s")
     return run(lambda: serve(args))
 
 

@@ -11,7 +11,7 @@ import logging
 import sys
 from functools import partial
 
-from ..cli import EXIT_STATUS_HELP, run
+from ..cli import EXIT_STATUS_HELP, run, setup_logging
 from ..options import OptionError, add_arguments, check_all, flag_message, flags, from_arguments
 from ..server.__main__ import add_engine_arguments, add_model_arguments, check_engine_arguments
 
@@ -94,7 +94,7 @@ def serve(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    setup_logging(getattr(logging, args.log_level.upper()), "%(levelname)s %(name)s: %(message)s")
     return run(lambda: serve(args))
 
 

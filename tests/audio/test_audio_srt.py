@@ -110,7 +110,7 @@ def test_load_srt_errors(tmp_path):
         load_srt(tmp_path / "missing.srt")
     bad = tmp_path / "latin1.srt"
     bad.write_bytes("1\n00:00:01,000 --> 00:00:02,000\ncaf\xe9\n".encode("latin-1"))
-    with pytest.raises(SrtError, match=r"latin1.srt:3: not valid UTF-8"):
+    with pytest.raises(SrtError, match=r"latin1.srt:3: not UTF-8 text \(byte 35: invalid continuation byte\)"):
         load_srt(bad)
 
 

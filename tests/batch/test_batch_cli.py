@@ -141,6 +141,12 @@ def test_bad_options_and_manifests_exit_2(workdir, tiny_gguf, capsys):
     assert not (workdir / "o2").exists()
 
 
+def test_a_missing_manifest_is_worded_as_other_errors(tmp_path, capsys):
+    missing = tmp_path / "missing.jsonl"
+    assert main([str(missing), "-o", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"error: {missing}: no such file or directory\n"
+
+
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl-c", "sigterm"])
 def test_interrupt_keeps_finished_items_and_a_rerun_resumes(workdir, tiny_gguf, sig, code):
     lines = [{"id": f"item{i:02d}", "text": f"Sentence number {i} of the interrupted run.", "seed": i}

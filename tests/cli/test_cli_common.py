@@ -15,6 +15,8 @@ from omnivoice.resolve import DownloadError, ModelNotAvailable
     (ValueError("bad value"), 2, "error: bad value"),
     (OptionError("num_step", "must be an integer >= 1", 0), 2, "num_step must be"),
     (FileNotFoundError("x.wav: no such file"), 2, "x.wav"),
+    (FileNotFoundError(2, "No such file or directory", "m.jsonl"), 2, "error: m.jsonl: no such file or directory\n"),
+    (PermissionError(13, "Permission denied", "a", None, "b"), 2, "error: a -> b: permission denied\n"),
     (ModelNotAvailable("model not found: m"), 2, "model not found"),
     (DownloadError("could not download r"), 1, "error: could not download"),
     (OSError(28, "No space left on device"), 1, "No space left"),

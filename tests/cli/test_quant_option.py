@@ -28,3 +28,24 @@ def test_an_unknown_type_is_refused(command, capsys):
     with pytest.raises(SystemExit) as e:
         parser().parse_args(required + ["--quant", "q3_x"])
     assert e.value.code == 2 and "q3_x" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS) + ["convert"])
+def test_the_help_of_auto_says_what_default_quant_does(command, capsys):
+    """Every --quant help says default_quant's rule (convert's said "f32 on the CPU" and wrote F16), and the
+    rule is default_quant's for each backend and CPU it names."""
+    from omnivoice.convert.__main__ import main as convert_main
+    from omnivoice.resolve import AUTO_QUANT_HELP, default_quant
+
+    if command == "convert":
+        with pytest.raises(SystemExit):
+            convert_main(["--help"])
+        text = capsys.readouterr().out
+    else:
+        text = COMMANDS[command][0]().format_help()
+    text = " ".join(text.split())
+    assert AUTO_QUANT_HELP in text and "f32 on the CPU" not in text
+    assert AUTO_QUANT_HELP.startswith("bf16 on CUDA, f16 on other GPUs;")
+    assert (default_quant("cuda"), default_quant("vulkan"), default_quant("metal")) == ("bf16", "f16", "f16")
+    assert "f16 with AVX2 and F16C, else f32" in AUTO_QUANT_HELP
+    assert (default_quant("cpu", frozenset({"AVX2", "F16C"})), default_quant("cpu", frozenset())) == ("f16", "f32")

@@ -247,6 +247,7 @@ def test_output_into_missing_directory(model, tmp_path):
     (["--ref-wav", "x.wav", "--ref-text", "typo.txt"], "--ref-text typo.txt: no such file"),
     (["--ref-wav", "x.wav", "--ref-text", "notes/typo"], "--ref-text notes/typo: no such file"),
     (["-o", "/no/such/folder/x.wav"], "/no/such/folder"),
+    (["-o", "/proc/x.wav"], "-o /proc/x.wav: cannot be written"),  # writable to os.access as root; no new file
     (["-o", "x.xyz"], "cannot tell the audio format"),
     (["-o", "-", "--format", "flac"], "-o - streams WAV"),
     (["--srt", "missing.srt"], "missing.srt"),
@@ -259,6 +260,26 @@ def test_inputs_are_checked_before_the_model_loads(capsys, args, words):
     rc = main(["Hello.", "--model", "/no/such/model.gguf", "-q", *args])
     err = capsys.readouterr().err
     assert rc == 2 and words in err and "model" not in err.replace(words, ""), err
+
+
+@pytest.mark.parametrize("where", ["stdin", "--ref-text", "--srt"])
+def test_text_that_is_not_utf8_is_one_error_before_the_model(capsys, monkeypatch, tmp_path, where):
+    from omnivoice.tts import main
+
+    blob = b"1\n00:00:00,000 --> 00:00:01,000\nHello \x89 world\n"  # an SRT cue, and text in any case
+    args = ["--model", "/no/such/model.gguf", "-q", "-o", str(tmp_path / "x.wav")]
+    if where == "stdin":
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(blob), encoding="utf-8",
+                                                           errors="surrogateescape"))
+    else:
+        (tmp_path / "in.txt").write_bytes(blob)
+        args += ["--srt", str(tmp_path / "in.txt")] if where == "--srt" else \
+            ["Hi.", "--ref-rvq", "voice.rvq", "--ref-text", str(tmp_path / "in.txt")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    byte = blob.index(b"\x89")
+    assert f":3: not UTF-8 text (byte {byte}: invalid start byte); save it as UTF-8" in err, err
+    assert "model" not in err and "surrogate" not in err, err
 
 
 def test_threads_must_be_positive(capsys):
@@ -304,6 +325,34 @@ def test_help_documents_formats_threads_duration_and_exit_status(capsys):
     for words in (".flac", "opus", "mp3", "--threads", "load average", "143 terminated",
                   "With --no-postprocess it is exactly that long", "no silence trimming, fades or padding"):
         assert words in text, words
+
+
+@pytest.mark.parametrize("command", ["tts", "codec", "batch", "server"])
+def test_the_threads_help_says_what_the_default_does(capsys, command):
+    """ggml.threads.busy_cores samples the CPUs' time for SAMPLE_S seconds, the load average only where that
+    cannot be read."""
+    import importlib
+
+    from omnivoice.ggml.threads import SAMPLE_S
+
+    module = importlib.import_module(f"omnivoice.{command}" + ("" if command == "tts" else ".__main__"))
+    parse = getattr(module, "main")
+    with pytest.raises(SystemExit):
+        parse(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"from a {SAMPLE_S:g} s sample of the CPUs' time, or the load average where that cannot be read" in text
+
+
+@pytest.mark.parametrize("listing", ["--list-languages", "--list-devices"])
+def test_a_listing_into_a_closed_pipe_ends_quietly(listing):
+    read, write = os.pipe()
+    os.close(read)  # `| head -1` that has had its line: every write of the listing meets a closed pipe
+    try:
+        r = subprocess.run([sys.executable, "-m", "omnivoice.tts", listing], cwd=ROOT, stdout=write,
+                           stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write)
+    assert r.returncode == 0 and r.stderr == b"", r.stderr.decode()
 
 
 def test_list_devices():

@@ -5,6 +5,7 @@ with their signatures), which records every download."""
 from __future__ import annotations
 
 import shutil
+from types import SimpleNamespace
 from pathlib import Path
 
 import numpy as np
@@ -41,14 +42,15 @@ def test_pick_other_listings():
 
 
 class FakeHub:
-    """Stands in for huggingface_hub's HfApi().list_repo_files and hf_hub_download over a local folder."""
+    """Stands in for huggingface_hub's HfApi().model_info (its file list) and hf_hub_download over a local
+    folder."""
 
     def __init__(self, repos: dict[str, Path], cache: Path) -> None:
         self.repos, self.cache, self.downloads = repos, cache, []
         hub = self
 
         class HfApi:
-            def list_repo_files(self, repo_id, **kwargs):
+            def model_info(self, repo_id, **kwargs):
                 import httpx
                 from huggingface_hub.errors import RepositoryNotFoundError
 
@@ -56,7 +58,8 @@ class FakeHub:
                     url = f"https://huggingface.co/api/models/{repo_id}"
                     raise RepositoryNotFoundError(f"404 Client Error: Repository Not Found for url: {url}",
                                                   response=httpx.Response(404, request=httpx.Request("GET", url)))
-                return sorted(p.name for p in hub.repos[repo_id].iterdir())
+                return SimpleNamespace(siblings=[SimpleNamespace(rfilename=p.name)
+                                                 for p in sorted(hub.repos[repo_id].iterdir())])
 
         self.HfApi = HfApi
 
