@@ -20,7 +20,8 @@ from ..gguf import keys as K, names as N
 from .checkpoint import Checkpoint, require
 from .errors import CheckpointError, ConversionError, raise_problems
 from ..gguf.writer import ENCODED, OutTensor
-from ..quantize import F16, F32, QUANTIZATION_VERSION, SCHEMES, Scheme, encode_ggml, scheme, tensor_type
+from ..quantize import (F16, F32, QUANTIZATION_VERSION, SCHEMES, Scheme, encode_ggml, fallback_note, scheme,
+                        tensor_type)
 from .tokenizer import TokenizerData, read_tokenizer
 
 QUANTS = tuple(SCHEMES)
@@ -172,4 +173,7 @@ def plan_lm(ck: Checkpoint, quant: str) -> tuple[list[tuple], list[OutTensor], T
     if s.base not in (F32, F16, "BF16"):
         kv.append((K.GENERAL_QUANTIZATION_VERSION, QUANTIZATION_VERSION, "u32"))
     tensors = [_out_tensor(ck, name, shape, storage_type(name, shape, quant, hp["layers"])) for name, shape in inv]
+    note = fallback_note(((name, tuple(reversed(shape))) for name, shape in inv), s, hp["layers"])
+    if note:
+        print(f"warning: {ck.root}: {note}", file=sys.stderr)
     return kv, tensors, tok

@@ -32,8 +32,10 @@ our files and the scheme's upper-case name in omnivoice.cpp's, which is how each
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import gguf
 import numpy as np
@@ -122,15 +124,43 @@ def tensor_type(name: str, ne: tuple[int, ...], s: Scheme, n_layers: int = 0) ->
 
     `ne` is the ggml shape (ne0 = row length); `n_layers` the file's block count (for the "M" layers).
     """
+    target = _wanted(name, ne, s, n_layers)
+    if target is None:
+        return None
+    return target if int(ne[0]) % block_size(target) == 0 else F16
+
+
+def _wanted(name: str, ne: tuple[int, ...], s: Scheme, n_layers: int) -> str | None:
+    """The type scheme `s` names for a tensor, before its rows are checked against the type's blocks."""
     if n_dims(ne) < 2 or _KEEP.search(name):
         return None
     if any(p in name for p in _EMBEDDINGS):
-        target = s.embed
-    elif _bumped(name, s, n_layers):
-        target = s.bump
-    else:
-        target = s.base
-    return target if int(ne[0]) % block_size(target) == 0 else F16
+        return s.embed
+    if _bumped(name, s, n_layers):
+        return s.bump
+    return s.base
+
+
+def fallback_note(tensors: Iterable[tuple[str, tuple[int, ...]]], s: Scheme, n_layers: int = 0) -> str | None:
+    """What a file of scheme `s` stores F16 instead of the scheme's block type because its rows do not split
+    into the type's blocks (a model whose widths are not multiples of 256, for the K-quants): a sentence naming
+    those tensors (`tensors`: name and ggml shape) and why, or None when there are none. Without it a Q4_K_M
+    file of such a model is silently larger than its Q8_0 file."""
+    groups: dict[tuple[str, int], list[str]] = {}
+    for name, ne in tensors:
+        want = _wanted(name, ne, s, n_layers)
+        if want is not None and int(ne[0]) % block_size(want):
+            groups.setdefault((want, int(ne[0])), []).append(name)
+    if not groups:
+        return None
+    parts = []
+    for (want, row), names in groups.items():
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        parts.append(f"{len(names)} of {want} (rows of {row} values, {want}'s blocks hold {block_size(want)}): "
+                     f"{shown}")
+    total = sum(len(names) for names in groups.values())
+    return (f"{total} tensor{'s' if total != 1 else ''} stored F16 instead of {s.name}'s types, their rows not "
+            f"splitting into the type's blocks: " + "; ".join(parts))
 
 
 # ------------------------------------------------------------------------------------------------ the tool
@@ -197,6 +227,9 @@ def plan(f: GGUFFile, s: Scheme, allow_requantize: bool = False) -> tuple[list[t
         else:
             tensors.append(OutTensor(t.name, shape, want, lambda v=values, w=want: encode_ggml(v(), w),
                                      f"{t.name} ({have})", raw=True))
+    note = fallback_note(((t.name, t.shape) for t in f.tensors), s, n_layers)
+    if note:
+        print(f"warning: {f.path}: {note}", file=sys.stderr)
     return kv, tensors
 
 

@@ -125,3 +125,22 @@ def test_module_entry_point(k256_ours, tmp_path):
                            "--type", "q6_k", "-q"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and read_gguf(str(out)).metadata[K.GENERAL_FILE_TYPE] == 18
+
+
+def test_tensors_that_fall_back_to_f16_are_named(tiny_gguf, tiny_checkpoint, tmp_path, capsys):
+    """The tiny model's rows (64 and 128 values) hold no whole K-quant block of 256: those matrices are stored
+    F16, and both the quantizer and the converter say which and why (a Q4_K_M file larger than Q8_0 otherwise)."""
+    from omnivoice.convert import convert_checkpoint
+
+    out = tmp_path / "q4_k_m.gguf"
+    assert main([str(tiny_gguf["f32"]), str(out), "--type", "q4_k_m", "-q"]) == 0
+    err = capsys.readouterr().err
+    fell_back = [t for t in read_gguf(str(out)).tensors if len(t.shape) > 1 and _types(out)[t.name] == "F16"]
+    assert len(fell_back) > 10
+    assert f"{len(fell_back)} tensors stored F16 instead of Q4_K_M's types" in err, err
+    assert "of Q4_K (rows of 64 values, Q4_K's blocks hold 256): llm.layers.0.self_attn.q_proj.weight" in err
+    assert "of Q6_K (rows of 128 values, Q6_K's blocks hold 256): llm.layers.0.mlp.down_proj.weight" in err
+    lm, _ = convert_checkpoint(tiny_checkpoint, tmp_path / "converted", "q4_k_m", progress=False)
+    assert f"{len(fell_back)} tensors stored F16 instead of Q4_K_M's types" in capsys.readouterr().err
+    assert main([str(tiny_gguf["f32"]), str(tmp_path / "q8_0.gguf"), "--type", "q8_0", "-q"]) == 0
+    assert capsys.readouterr().err == ""  # 64 and 128 values are whole Q8_0 blocks of 32
