@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import textwrap
 import time
 from typing import Optional
 
@@ -17,16 +18,18 @@ from .. import cli
 from ..arguments import add_quant_option, add_threads_option
 from ..cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_OOM
 from ..options import OptionError, add_arguments, flag_message, flags, from_arguments
-from .manifest import read_manifest
+from .manifest import OPTION_FIELDS, read_manifest
 from .outputs import FAILURES, OutputDir, encode_result, exit_code_of
 
+MANIFEST_HELP = textwrap.fill(
+    'manifest: one JSON object per line, as the reference\'s omnivoice-infer-batch reads it: "id" and "text" '
+    'required; "ref_audio" (relative paths are relative to the manifest\'s folder) with "ref_text" for cloning, '
+    '"instruct" for voice design, "language_id" (or "language"), "duration", "speed"; and any of '
+    f'{", ".join(OPTION_FIELDS)} (they override the options below). A line with any other field fails, the '
+    'field and the nearest known one named.', 110)
+
 EPILOG = f"""\
-manifest: one JSON object per line, as the reference's omnivoice-infer-batch reads it: "id" and "text"
-required; "ref_audio" (relative paths are relative to the manifest's folder) with "ref_text" for cloning,
-"instruct" for voice design, "language_id" (or "language"), "duration", "speed"; and any of seed, num_step,
-guidance_scale, t_shift, layer_penalty_factor, position_temperature, class_temperature, denoise,
-postprocess_output, preprocess_prompt, pad_duration, fade_duration, chunk_duration, chunk_threshold (they
-override the options below).
+{MANIFEST_HELP}
 
 output: OUTDIR/<id>.wav (or .flac, .mp3, .ogg, .opus), written whole or not at all; with --save-tokens also
 OUTDIR/<id>.npy (int32 [8, T], the chunks' tokens joined). An id whose audio file exists is skipped (so a run
@@ -181,8 +184,6 @@ def run(args) -> int:
         out = OutputDir(args.output_dir, args.format, args.save_tokens)
     except OSError as e:
         raise ValueError(f"output folder {args.output_dir}: cannot be written ({e.strerror or e})") from None
-    if manifest.ignored_fields:
-        say("ignored manifest fields: " + ", ".join(f"{k!r} (line {n})" for k, n in manifest.ignored_fields.items()))
     skipped = 0
     todo = []
     for it in manifest.items:

@@ -4,26 +4,30 @@ One JSON object per line: `id` and `text` required; `ref_audio` (a path, relativ
 `ref_text`, `instruct`, `language_id` (or `language`), `duration`, `speed` as in the reference; also any
 synthesis option of `SynthesisRequest` (omnivoice.options: seed, num_step, guidance_scale, ...; and
 preprocess_prompt), which override the command line's defaults for that line.
-Blank lines are skipped. Other keys are ignored (the reference ignores them too) and reported once.
+Blank lines are skipped. Any other key makes its line fail, naming the key and the nearest known one (the
+reference ignores them, so a typo such as "speeed" would silently change nothing; the server refuses unknown
+fields too).
 
 Every line becomes an Item: a checked SynthesisRequest, or the reason it cannot be one (not JSON, with its line
-number; no id or text; an id that is not a usable file name; a duplicate id; a missing or unreadable
-ref_audio; an unknown language; any value SynthesisRequest.validate refuses, with api's option checks). Every
-line is checked before a model loads, so all bad lines are reported at once, before any work.
+number; no id or text; an id that is not a usable file name; a duplicate id; an unknown field; a missing or
+unreadable ref_audio; an unknown language; any value SynthesisRequest.validate refuses, with api's option
+checks). A failed item keeps the id as the line gave it, whatever it is. Every line is checked before a model
+loads, so all bad lines are reported at once, before any work.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from ..engine.request import SynthesisRequest
 from ..options import DEFAULTS as OPTIONS
 
-__all__ = ["Item", "Manifest", "read_manifest", "REFERENCE_FIELDS", "OPTION_FIELDS"]
+__all__ = ["Item", "Manifest", "read_manifest", "REFERENCE_FIELDS", "OPTION_FIELDS", "KNOWN_FIELDS"]
 
 REFERENCE_FIELDS = ("id", "text", "ref_audio", "ref_text", "instruct", "language_id", "language", "duration",
                     "speed")
@@ -32,12 +36,16 @@ OPTION_FIELDS = tuple(k for k in OPTIONS if k not in REFERENCE_FIELDS) + ("prepr
 MAX_ID_BYTES = 200  # file names are at most 255 bytes; room for the extension and the writer's temp suffix
 
 
+KNOWN_FIELDS = REFERENCE_FIELDS + OPTION_FIELDS
+
+
 @dataclass
 class Item:
-    """One manifest line: its number, id (None when it has none) and request, or the reason it failed."""
+    """One manifest line: its number, id and request, or the reason it failed. The id of a good item is its
+    output's base name; a failed one keeps the line's value as it is (None when the line has none)."""
 
     line: int
-    id: Optional[str]
+    id: Any
     request: Optional[SynthesisRequest] = None
     error: Optional[str] = None
 
@@ -46,7 +54,6 @@ class Item:
 class Manifest:
     path: Path
     items: list[Item]
-    ignored_fields: dict[str, int] = field(default_factory=dict)  # unknown key -> first line it is on
 
     @property
     def good(self) -> list[Item]:
@@ -69,6 +76,13 @@ def check_id(value: Any) -> str:
     if len(s.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
         raise ValueError(f"'id' is longer than {MAX_ID_BYTES} bytes")
     return s
+
+
+def unknown_field(key: str) -> str:
+    """The error of a field no manifest line may hold, naming the nearest known one."""
+    near = difflib.get_close_matches(key, KNOWN_FIELDS, n=1)
+    hint = f"did you mean {near[0]!r}?" if near else f"the fields are {', '.join(KNOWN_FIELDS)}"
+    return f"unknown field {key!r} ({hint})"
 
 
 def _request(obj: dict, base: Path, defaults: dict) -> SynthesisRequest:
@@ -101,7 +115,6 @@ def read_manifest(path: str | os.PathLike, defaults: Optional[dict] = None) -> M
     defaults = dict(defaults or {})
     items: list[Item] = []
     seen: dict[str, int] = {}
-    ignored: dict[str, int] = {}
     with open(path, encoding="utf-8") as f:
         for n, raw in enumerate(f, start=1):
             if not raw.strip():
@@ -114,16 +127,17 @@ def read_manifest(path: str | os.PathLike, defaults: Optional[dict] = None) -> M
             if not isinstance(obj, dict):
                 items.append(Item(n, None, error=f"line {n}: expected a JSON object, got {type(obj).__name__}"))
                 continue
-            for key in obj:
-                if key not in REFERENCE_FIELDS and key not in OPTION_FIELDS:
-                    ignored.setdefault(str(key), n)
             if "id" not in obj:
                 items.append(Item(n, None, error=f"line {n}: no 'id'"))
                 continue
             try:
                 rid = check_id(obj["id"])
             except ValueError as e:
-                items.append(Item(n, None, error=f"line {n}: {e}"))
+                items.append(Item(n, obj["id"], error=f"line {n}: {e}"))
+                continue
+            unknown = [key for key in obj if key not in KNOWN_FIELDS]
+            if unknown:
+                items.append(Item(n, rid, error=f"line {n}: " + "; ".join(unknown_field(k) for k in unknown)))
                 continue
             if rid in seen:
                 items.append(Item(n, rid, error=f"line {n}: duplicate id {rid!r} (first on line {seen[rid]})"))
@@ -139,4 +153,4 @@ def read_manifest(path: str | os.PathLike, defaults: Optional[dict] = None) -> M
     for it in items:
         if it.request is not None:
             it.request.id = it.id
-    return Manifest(path, items, ignored)
+    return Manifest(path, items)

@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -64,12 +64,18 @@ class OutputDir:
     def encode(self, audio: np.ndarray, sample_rate: int) -> bytes:
         return encode_audio(audio, sample_rate, self.fmt)
 
-    def fail(self, item_id: Optional[str], line: Optional[int], reason: str) -> None:
-        """Append one failure record (the file is started anew by the first record of a run)."""
+    def fail(self, item_id: Any, line: Optional[int], reason: str) -> None:
+        """Append one failure record (the file is started anew by the first record of a run). `item_id` is
+        what the line gave (any JSON value, None for none)."""
         if self._failures is None:
             self._failures = open(self.path / FAILURES, "w", encoding="utf-8")
         rec = {"id": item_id, "line": line, "reason": reason}
-        self._failures.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        text = json.dumps(rec, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate from a "\ud800" escape: kept as the escape
+            text = json.dumps(rec)
+        self._failures.write(text + "\n")
         self._failures.flush()
 
     def close(self) -> None:

@@ -141,6 +141,27 @@ def test_bad_options_and_manifests_exit_2(workdir, tiny_gguf, capsys):
     assert not (workdir / "o2").exists()
 
 
+def test_unknown_fields_and_unusable_ids_are_failure_records_as_the_line_said(tmp_path, capsys):
+    manifest = write_manifest(tmp_path / "typos.jsonl", [
+        {"id": "typo", "text": "Faster.", "speeed": 1.2},
+        {"id": "other", "text": "x", "colour": "red", "Seed": 3},
+        {"id": "../escape", "text": "x"},
+        {"id": 7.5, "text": "x"},
+        '{"id": "\\ud800/", "text": "x"}',  # a lone surrogate from a JSON escape, kept as the escape
+    ])
+    out = tmp_path / "out"
+    # every line is bad, so no model is loaded (--model names nothing)
+    assert main([str(manifest), "-o", str(out), "--model", str(tmp_path / "no-model.gguf")]) == 2
+    text = (out / "failures.jsonl").read_text(encoding="utf-8")
+    records = {r["line"]: r for r in map(json.loads, text.splitlines())}
+    assert records[1]["id"] == "typo" and records[1]["reason"] == \
+        "line 1: unknown field 'speeed' (did you mean 'speed'?)"
+    assert records[2]["id"] == "other" and "unknown field 'colour' (the fields are id, text, " in records[2]["reason"]
+    assert "unknown field 'Seed' (did you mean 'seed'?)" in records[2]["reason"]
+    assert [records[n]["id"] for n in (3, 4, 5)] == ["../escape", 7.5, "\ud800/"]
+    assert "model" not in capsys.readouterr().err.replace("--model", "")
+
+
 def test_a_missing_manifest_is_worded_as_other_errors(tmp_path, capsys):
     missing = tmp_path / "missing.jsonl"
     assert main([str(missing), "-o", str(tmp_path / "out")]) == 2
