@@ -45,8 +45,7 @@ _HASHES = "hashes.json"
 _SOURCE = "source.json"
 
 __all__ = ["DEFAULT_REPO", "ModelNotAvailable", "DownloadError", "cache_dir", "default_quant", "AUTO_QUANT_HELP",
-           "resolve_model",
-           "check_model", "resolve_codec", "CacheEntry", "list_cache", "remove_cache_entry"]
+           "resolve_model", "check_model", "resolve_codec", "CacheEntry", "list_cache", "remove_cache_entry"]
 
 
 class ModelNotAvailable(FileNotFoundError):
