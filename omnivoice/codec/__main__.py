@@ -27,6 +27,7 @@ from .. import cli
 from ..arguments import add_threads_option
 from ..audio import MAX_REFERENCE_SECONDS, load_audio, preprocess_reference
 from ..audio.io import OUTPUT_FORMATS, output_format, write_audio
+from ..files import check_writable
 from .rvq_format import FORMAT_OMNIVOICE, FORMATS, MAGIC, RvqFormatError, check_rates, read_rvq, save_rvq
 
 
@@ -133,6 +134,7 @@ def _body(args: argparse.Namespace) -> int:
         raise IsADirectoryError(f"{dst}: is a directory; give a file name with -o")
     if not dst.parent.is_dir():
         raise FileNotFoundError(f"{dst}: the folder {dst.parent} does not exist")
+    check_writable(dst)  # before the work: /proc and /sys pass os.access as root but take no new file
     model = Path(args.model)
     if not model.exists():
         raise FileNotFoundError(f"--model {model}: no such file or folder")

@@ -109,6 +109,10 @@ def test_bad_inputs_give_clear_errors(tmp_path, capsys, model):
     rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "ok.rvq"), "-o", str(tmp_path / "ok.rvq"))
     assert rc == 2 and "overwrite the input" in err
 
+    # an output that takes no new file (/proc passes os.access as root) is refused before the model is looked at
+    rc, err = run(capsys, "--model", str(tmp_path / "nope.gguf"), "-i", str(tmp_path / "ok.rvq"), "-o", "/proc/x.wav")
+    assert rc == 2 and "/proc/x.wav: cannot write here" in err and "nope" not in err, err
+
     save_rvq(tmp_path / "sr.rvq", np.zeros((8, 3), np.int32), sample_rate=16000, frame_rate=50.0)
     rc, err = run(capsys, "--model", model, "-i", str(tmp_path / "sr.rvq"))
     assert rc == 2 and "16000 Hz" in err
