@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "response (default 10)")
     g.add_argument("--body-timeout", type=float, default=30.0,
                    help="seconds a request body may go without a byte before its connection is closed (default 30)")
-    g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_log_level(g)
     g = p.add_argument_group("Ray Serve (extra [ray]; docs/SERVING.md)")
     g.add_argument("--ray", action="store_true", help="serve on Ray Serve: model replicas behind one endpoint")
     g.add_argument("--address", help="Ray cluster to join (e.g. auto, or HOST:6379; default: start a local one)")
@@ -236,10 +236,20 @@ def serve_ray(args) -> int:
             ray.shutdown()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def add_log_level(g) -> None:
+    g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+
+
+def run_server(parser: argparse.ArgumentParser, serve, argv: list[str] | None) -> int:
+    """A server's command: parse `argv`, log at --log-level, run `serve(args)` under cli.run (its exit statuses
+    and signal handling). Also python -m omnivoice.wyoming's."""
+    args = parser.parse_args(argv)
     setup_logging(getattr(logging, args.log_level.upper()), "%(levelname)s %(name)s: %(message)s")
     return run(lambda: serve(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_server(build_parser(), serve, argv)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ import logging
 import sys
 from functools import partial
 
-from ..cli import EXIT_STATUS_HELP, run, setup_logging
+from ..cli import EXIT_STATUS_HELP
 from ..options import OptionError, add_arguments, check_all, flag_message, flags, from_arguments
-from ..server.__main__ import add_engine_arguments, add_model_arguments, check_engine_arguments
+from ..server.__main__ import add_engine_arguments, add_log_level, add_model_arguments, check_engine_arguments, \
+    run_server
 
 # The synthesis options a command line sets for every answer (a Wyoming client cannot): all but the ones that
 # concern a whole text (duration, long-form chunking); each sentence is spoken on its own.
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--language", help="the language of a request that names none (default: none, the "
                                       "language-agnostic mode)")
     g.add_argument("--samples-per-chunk", type=int, default=1024, help="samples per audio-chunk event (default 1024)")
-    g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_log_level(g)
     add_arguments(p.add_argument_group("synthesis (every answer)"), OPTION_NAMES)
     return p
 
@@ -93,9 +94,7 @@ def serve(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(getattr(logging, args.log_level.upper()), "%(levelname)s %(name)s: %(message)s")
-    return run(lambda: serve(args))
+    return run_server(build_parser(), serve, argv)
 
 
 if __name__ == "__main__":
