@@ -21,6 +21,7 @@ from .test_batch_cli import model_args, write_manifest  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # a local Ray cluster's start and two actors
 def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf):
     import soundfile as sf
 
@@ -62,6 +63,7 @@ def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf):
     assert "0 to do, 5 already done, 2 bad" in again.stderr.decode()
 
 
+@pytest.mark.slow  # a local Ray cluster's start and a Ray Data pipeline
 def test_ray_data_predictor_gives_each_row_its_solo_result(tiny_gguf):
     pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow (the [ray] extra installs ray[data])")
     import omnivoice

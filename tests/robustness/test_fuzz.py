@@ -8,11 +8,14 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import ROOT
 
 TARGETS = ["lm-gguf", "codec-gguf", "wav", "srt", "rvq", "safetensors"]
 
 
+@pytest.mark.slow  # about 200 mutants, each in a forked child
 def test_no_mutant_crashes_hangs_or_fails_internally(tiny_checkpoint, tiny_gguf, tmp_path):
     sys.path.insert(0, str(ROOT / "tools"))
     try:

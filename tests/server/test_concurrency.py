@@ -94,6 +94,7 @@ def test_a_client_that_hangs_up_before_its_whole_response_cancels_its_work(serve
     _wait_idle(server)
 
 
+@pytest.mark.slow
 def test_requests_in_flight_together_share_the_engine(server):
     """Four requests sent at once: some sample of /health sees two or more of them active at the same time
     (a server that runs one at a time never does)."""
@@ -111,6 +112,7 @@ def test_requests_in_flight_together_share_the_engine(server):
     assert peak >= 2, "no two requests were ever generated together"
 
 
+@pytest.mark.slow  # a long-form stream on the CPU
 def test_a_short_request_finishes_during_a_long_stream(server):
     """A short request sent once a long stream has begun is answered while the stream still runs: it joins
     the running batch rather than waiting for the long one to end."""
