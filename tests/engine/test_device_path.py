@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import omnivoice
 from omnivoice.engine import BatchEngine, Task
 from omnivoice.engine.offline import prepare
 from omnivoice.generate import CudaPhiloxGenerator, gumbel_noise, top_k_positions
@@ -60,6 +61,14 @@ class FakeMaskGitStep:
         state[0] += 1
         self.calls += 1
         return 0
+
+
+@pytest.fixture(scope="module")
+def ov(tiny_gguf):
+    """The tiny model on the CPU whatever OMNIVOICE_TEST_BACKEND says: the fake step reads and writes the kernel's
+    buffers through host pointers (on CUDA they are device memory, and the fake segfaulted there)."""
+    with omnivoice.OmniVoice(str(tiny_gguf["f32"]), str(tiny_gguf["codec"]), backend="cpu") as ov:
+        yield ov
 
 
 @pytest.fixture
