@@ -137,15 +137,12 @@ def test_unknown_quant_and_long_names():
         writer.check_name("x" * 128)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "omnivoice.convert", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+def test_cli_reports_a_bad_directory(tmp_path, capsys):
+    from omnivoice.convert.__main__ import main
 
-
-def test_cli_reports_a_bad_directory(tmp_path):
-    res = _cli(str(tmp_path), "-o", str(tmp_path / "out"))
-    assert res.returncode == 2  # bad input, as in every CLI (omnivoice.cli)
-    assert res.stderr.startswith("error: ") and "config.json" in res.stderr and "Traceback" not in res.stderr
+    assert main([str(tmp_path), "-o", str(tmp_path / "out")]) == 2  # bad input, as in every CLI (omnivoice.cli)
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "config.json" in err and "Traceback" not in err
 
 
 # Runs the converter's CLI where the ggml binding cannot be imported: converting is numpy only (issue 12.2).
@@ -169,10 +166,11 @@ def test_cli_converts_with_progress_and_without_ggml(tmp_path, tiny_ckpt):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["omnivoice-base-BF16.gguf", "omnivoice-tokenizer-F32.gguf"]
 
 
-def test_cli_default_weight_type_follows_the_backend(tmp_path, tiny_ckpt):
-    res = _cli(str(tiny_ckpt), "-o", str(tmp_path), "--backend", "cpu", "-q")
-    assert res.returncode == 0, res.stderr
-    assert res.stderr == ""  # -q: no progress at all
+def test_cli_default_weight_type_follows_the_backend(tmp_path, tiny_ckpt, capsys):
+    from omnivoice.convert.__main__ import main
+
+    assert main([str(tiny_ckpt), "-o", str(tmp_path), "--backend", "cpu", "-q"]) == 0
+    assert capsys.readouterr().err == ""  # -q: no progress at all
     from omnivoice.resolve import default_quant  # what tts --quant auto converts to on this CPU
 
     assert (tmp_path / f"omnivoice-base-{default_quant('cpu').upper()}.gguf").is_file()
