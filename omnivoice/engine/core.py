@@ -375,12 +375,12 @@ class BatchEngine:
         patch 0024): a lone task choosing its classes greedily, while no other group has work. Every step of
         the chunk is then queued back to back, each choice made on the device, and the host waits once
         (MaskGitState.run_on_device); the tokens are the host loop's bit for bit (tests/models/
-        test_lm_device_maskgit.py). On the H200 (BF16) that took a lone request's step from 2.03 to 1.73 ms
-        and clone5 from 75 to 65 ms (auto20 151 -> 136). The device takes one prompt per run, so a group of
-        several steps packed on the host, as it does for sampled classes.
+        test_lm_device_maskgit.py). No host work sits between the steps, so a lone request's steps run at the
+        GPU's pace (BENCHMARKS.md, "One LM step and one chunk"). The device takes one prompt per run, so a group
+        of several steps packed on the host, as it does for sampled classes.
 
         What it costs: a request that arrives while the chunk runs waits for the chunk's end (at most one chunk,
-        about 60 ms for five seconds of speech on the H200) instead of joining at the next step; at that chunk
+        the time of a short request's whole MaskGIT loop) instead of joining at the next step; at that chunk
         boundary the engine admits it (composition_changed) and the two step packed on the host. A chunk's steps
         are not cut into shorter device runs: the host would wait between them, which is what the device
         path saves."""
