@@ -94,7 +94,9 @@ class _Watchdog:
             if not data:  # stop(): the command ended
                 os.close(self._read)
                 return
-            if data[0] in (signal.SIGINT, signal.SIGTERM):
+            # only a signal this module handles: another handler (a server's graceful shutdown) takes its own time
+            if data[0] in (signal.SIGINT, signal.SIGTERM) and (
+                    _handled.is_set() or signal.getsignal(data[0]) is _on_signal):
                 break
         # the read end stays open: later signals are still written to the wakeup fd (a closed pipe would have
         # Python report each write's BrokenPipeError); stop() closes it

@@ -224,6 +224,9 @@ async def _speak(request: Request, body: SpeechRequest, synth) -> Response:
 
 async def _whole(request: Request, job, fmt: str, sample_rate: int, t0: float) -> Response:
     done = asyncio.wrap_future(job.future)
+    # its exception retrieved however this ends (a client gone, or this task cancelled while the engine fails the
+    # job with Cancelled, as at shutdown): else asyncio logs "Future exception was never retrieved"
+    done.add_done_callback(lambda f: f.cancelled() or f.exception())
     try:
         async with _cancel_on_disconnect(request, job) as client:
             await asyncio.wait({done})
@@ -232,8 +235,6 @@ async def _whole(request: Request, job, fmt: str, sample_rate: int, t0: float) -
             _state(request).metrics.watch_cancel(job)
             job.cancel()
         raise
-    if not done.cancelled():
-        done.exception()  # retrieved: else asyncio logs "Future exception was never retrieved" for a client gone
     if client.gone:
         return Response(status_code=CLIENT_GONE)
     if job.future.cancelled() or isinstance(job.future.exception(), Cancelled):
