@@ -21,7 +21,8 @@
 #           alternated ROUNDS (2) times on this machine's build
 #   steps   tools/lm_step_time.py: synced steps, QUEUED (64) steps back to back, 32-step chunks stepped on the host
 #           and on the device, at SHAPES (auto5,clone5,90:0:500)
-#   batch   tools/batch_bench.py: BATCH_SIZES (64) five-second requests of MIX (mixed) batched against one by one
+#   batch   tools/batch_bench.py: BATCH_SIZES (64) five-second requests of MIX (mixed) batched against one by one;
+#           with BASE, this tree and BASE alternated ROUNDS times as for bench
 #   server  tools/server_load.py: the first audio byte (TTFB_REPEATS, 10 runs), the first audio after the first
 #           sentence's end over the WebSocket with text at 30 tokens/s (WS_REPEATS, 10 runs), CLIENTS (1,8,32)
 #           clients of REQUESTS (4) requests; LOAD_ARGS adds its flags (e.g. --vary)
@@ -160,9 +161,20 @@ if part steps && fits 90 "steps"; then
 fi
 
 if part batch && fits 90 "batch"; then
-  stamp "batch_bench ${BATCH_SIZES:-64} ${MIX:-mixed}"
-  timeout $(( $(left) - 10 )) python3 tools/batch_bench.py --model "$MODEL" --codec "$CODEC" --backend "$BACKEND" \
-    --steps 32 --sizes "${BATCH_SIZES:-64}" --mix "${MIX:-mixed}" --json "$R/batch.json" 2>&1 | grep -E "^\||by phase"
+  batch() {  # tree label: the tree's tools/batch_bench.py with that tree's package
+    (cd "$1" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout $(( $(left) - 10 )) python3 tools/batch_bench.py \
+      --model "$MODEL" --codec "$CODEC" --backend "$BACKEND" --steps 32 --sizes "${BATCH_SIZES:-64}" \
+      --mix "${MIX:-mixed}" --json "$R/batch-$2.json") 2>&1 | grep -E "^\||by phase"
+  }
+  if [ -n "${BASE:-}" ] && [ -f "$BASE/tools/batch_bench.py" ]; then  # this tree and BASE alternated
+    cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$BASE/omnivoice/ggml/"
+    for round in $(seq "${ROUNDS:-2}"); do
+      stamp "batch_bench round $round: this tree"; batch . "this-$round"
+      stamp "batch_bench round $round: BASE"; batch "$BASE" "base-$round"
+    done
+  else
+    stamp "batch_bench ${BATCH_SIZES:-64} ${MIX:-mixed}"; batch . this
+  fi
 fi
 
 if part server && fits 100 "server"; then
