@@ -192,11 +192,12 @@ class OursSide:
 
         on_device = lm_runner.ChunkSession.run_on_device
 
-        def timed_on_device(sess, tokens, plan, *args):
-            # a chunk whose steps ran queued on the device (CUDA): its mean step, choices included, once a step
+        def timed_on_device(sess, tokens, plans, *args):
+            # steps run queued on the device (CUDA): their mean, choices included, once a step
             t0 = time.perf_counter()
-            out = on_device(sess, tokens, plan, *args)
-            rec.lm += [(time.perf_counter() - t0) / len(plan)] * len(plan)
+            out = on_device(sess, tokens, plans, *args)
+            steps = len(plans[0])
+            rec.lm += [(time.perf_counter() - t0) / steps] * steps
             if mem:
                 mem.sample()
             return out

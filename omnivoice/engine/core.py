@@ -41,13 +41,12 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from ..generate.batch import draw_position_noise, step_many
+from ..generate.batch import draw_position_noise, run_on_device, step_many
 from ..generate.maskgit import MaskGitState
 from ..codec.voice import VoicePrompt
 from ..config import current
 from ..generate.philox import CudaPhiloxGenerator
 from ..pipeline import CancelCallback, Cancelled, ProgressCallback, SynthesisResult, chunk_at, make_rng
-from ..runners.lm import GuidedChunk
 from ..settings import Settings
 from .memory import Limits, resolve_limits
 from .request import SynthesisRequest
@@ -135,6 +134,12 @@ _Decode = tuple[Task, list[np.ndarray], Optional[VoicePrompt]]
 # time grows slower than its requests at small counts (tools/lm_step_time.py --batch; BENCHMARKS.md).
 PIPELINE_MIN_REQUESTS = 8
 
+# A group of at most this many greedy tasks runs its steps on the device where the LM can (_on_device); from
+# PIPELINE_MIN_REQUESTS on, the pipelined groups hide the host's choices behind the other group's graph run instead.
+# (Each task's choice is one kernel of one thread block after the graph's run, so the device's share grows with the
+# count; for a lone request it was measured, for two to seven tools/device/h200_one_engine.sh's four clients show it.)
+DEVICE_MAX_REQUESTS = PIPELINE_MIN_REQUESTS - 1
+
 
 class _Group:
     """A share of the active tasks with its own packed graph, and its last graph run not yet collected: the
@@ -143,7 +148,7 @@ class _Group:
     def __init__(self) -> None:
         self.session = None
         self.key: Optional[tuple] = None
-        self.device = False  # the session runs its lone task's steps on the device (BatchEngine._on_device)
+        self.device = False  # the session runs its tasks' steps on the device (BatchEngine._on_device)
         self.inflight: Optional[tuple[list[Task], Optional[list[dict]]]] = None
 
     def close(self) -> None:
@@ -175,7 +180,7 @@ class BatchEngine:
             if pipeline is None:
                 pipeline = self.lm.runtime.waits_per_graph
         self.pipelined = bool(pipeline)
-        # the device's MaskGIT (CUDA with patch 0024) for a lone greedy task (_on_device); OmniVoice(device_maskgit=
+        # the device's MaskGIT (CUDA with patch 0024) for a few greedy tasks (_on_device); OmniVoice(device_maskgit=
         # False) or OMNIVOICE_DEVICE_MASKGIT=0 switches it off in the LM
         self.device_maskgit = self.lm.device_maskgit
         self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]
@@ -185,8 +190,8 @@ class BatchEngine:
         # steps: MaskGIT steps run (packed graph runs collected, and steps run on the device); graphs: graph
         # switches (the set of packed chunks changed), of which graphs_reused took a graph a closed session of the
         # same shape left (no build: LanguageModel.max_graphs); packed_requests: the requests of every step,
-        # summed; device_chunks: chunks whose steps ran on the device (_on_device).
-        self.stats = {"steps": 0, "graphs": 0, "graphs_reused": 0, "packed_requests": 0, "device_chunks": 0}
+        # summed; device_runs: runs of steps on the device (_on_device).
+        self.stats = {"steps": 0, "graphs": 0, "graphs_reused": 0, "packed_requests": 0, "device_runs": 0}
         # Wall seconds by phase (what a profile of the engine needs first: device-bound or host-bound):
         # admit (voices, plans, prompts), graph (building packed graphs), the LM steps' ids, graph runs (launch
         # and wait; pipelined, a wait includes the other group's run queued before) and read-backs, wait (time
@@ -357,7 +362,7 @@ class BatchEngine:
             self.stats["graphs"] += 1
             self.stats["graphs_reused"] += bool(g.session.reused)
             self.timings["graph"] += time.perf_counter() - t0
-        if device and self._run_on_device(g, tasks[0]):
+        if device and self._run_on_device(g, tasks):
             return
         tokens = [t.state.tokens for t in tasks]
         if self.pipelined and any(self._group_tasks(j) for j in range(len(self._groups)) if j != i):
@@ -371,40 +376,49 @@ class BatchEngine:
             g.inflight = (tasks, self._run(g.session, tokens, [t.state for t in tasks]))
 
     def _on_device(self, i: int, tasks: list[Task]) -> bool:
-        """Whether group i runs its chunk's steps on the device (the fast path, where the LM has it: CUDA with
-        patch 0024): a lone task choosing its classes greedily, while no other group has work. Every step of
-        the chunk is then queued back to back, each choice made on the device, and the host waits once
-        (MaskGitState.run_on_device); the tokens are the host loop's bit for bit (tests/models/
-        test_lm_device_maskgit.py). No host work sits between the steps, so a lone request's steps run at the
-        GPU's pace (BENCHMARKS.md, "One LM step and one chunk"). The device takes one prompt per run, so a group
-        of several steps packed on the host, as it does for sampled classes.
+        """Whether group i runs its steps on the device (the fast path, where the LM has it: CUDA with patch 0024):
+        every task choosing its classes greedily, at most DEVICE_MAX_REQUESTS of them, while no other group has
+        work. The steps the tasks have left in common (all of a lone task's chunk) are then queued back to back,
+        each step the packed graph's run and each task's choice on the device, and the host waits once
+        (generate.batch.run_on_device); the tokens are the host loop's bit for bit (tests/models/
+        test_lm_device_maskgit.py). No host work sits between the steps, so they run at the GPU's pace
+        (BENCHMARKS.md, "One LM step and one chunk").
 
-        What it costs: a request that arrives while the chunk runs waits for the chunk's end (at most one chunk,
-        the time of a short request's whole MaskGIT loop) instead of joining at the next step; at that chunk
-        boundary the engine admits it (composition_changed) and the two step packed on the host. A chunk's steps
-        are not cut into shorter device runs: the host would wait between them, which is what the device
-        path saves."""
-        if not self.device_maskgit or len(tasks) != 1 or not tasks[0].state.greedy:
+        What it costs: a request that arrives meanwhile waits for the run's end (for a lone task its chunk's end,
+        the time of a short request's whole MaskGIT loop) instead of joining at the next step; the run ends where
+        the first of its tasks finishes its chunk, where the graph is rebuilt anyway, and the engine admits it
+        there (composition_changed). A run is not cut shorter: the host would wait between the pieces, which is
+        what the device path saves."""
+        if not self.device_maskgit or not 0 < len(tasks) <= DEVICE_MAX_REQUESTS:
+            return False
+        if not all(t.state.greedy for t in tasks):
             return False
         return not any(self._group_tasks(j) for j in range(len(self._groups)) if j != i)
 
-    def _run_on_device(self, g: _Group, t: Task) -> bool:
-        """Run the rest of the lone task's chunk on the device; False where the session declines (the host
-        steps). Each step is counted (and reported to the task's progress callback) once the tokens are back."""
+    def _run_on_device(self, g: _Group, tasks: list[Task]) -> bool:
+        """Run the steps the group's tasks have left in common on the device; False where the session declines
+        (the host steps). Each step is counted (and reported to the tasks' progress callbacks) once the tokens are
+        back; a task whose chunk failed (NaN scores, the mask id chosen) fails alone."""
         t0 = time.perf_counter()
         try:
             with self._model_lock:
-                steps = t.state.run_on_device(GuidedChunk(g.session, self.lm.cfg.audio_mask_id))
-        except Exception as e:  # NaN scores or the like: this request fails
-            self._fail(t, e)
+                outcome = run_on_device([t.state for t in tasks], g.session)
+        except Exception as e:  # the device refused the run: its tasks fail
+            for t in tasks:
+                self._fail(t, e)
             return True
-        if steps is None:
+        if outcome is None:
             return False
         self.timings["lm_run"] += time.perf_counter() - t0
-        self.stats["steps"] += len(steps)
-        self.stats["packed_requests"] += len(steps)
-        self.stats["device_chunks"] += 1
-        self._stepped(t, len(steps))
+        steps = max((len(r) for r in outcome if not isinstance(r, Exception)), default=0)
+        self.stats["steps"] += steps
+        self.stats["packed_requests"] += steps * len(tasks)
+        self.stats["device_runs"] += 1
+        for t, r in zip(tasks, outcome):
+            if isinstance(r, Exception):
+                self._fail(t, r)
+            else:
+                self._stepped(t, len(r))
         return True
 
     def _run(self, session, tokens: list[np.ndarray], states: Optional[list[MaskGitState]] = None) -> list[dict]:

@@ -85,7 +85,8 @@ def warm_up(ov, engine: BatchEngine, n: int = 8) -> float:
     cuBLAS's handles and workspaces, the compute buffers' first allocations, the codec's graphs); a Ray actor or
     a server that warms up at load pays it before its first real work. The batch has `n` one-second requests
     of two MaskGIT steps (at least 8: the pipelined engine's two groups), auto, designed and cloned (a synthetic
-    one-second reference: the codec's encoder runs too), then one request alone (a lone request's path). A failure here is raised: real work would fail alike.
+    one-second reference: the codec's encoder runs too), then one request alone (the device's MaskGIT on CUDA).
+    A failure here is raised: real work would fail alike.
     """
     t0 = time.perf_counter()
     sr = ov.sample_rate

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
-from .maskgit import MaskGitState, PositionNoise, ScoredStep, StepChoice, gumbel_noise
+from .maskgit import GenerationConfig, MaskGitState, PositionNoise, ScoredStep, StepChoice, gumbel_noise
 from .philox import rand_like_many
 
-__all__ = ["draw_position_noise", "step_many"]
+__all__ = ["draw_position_noise", "run_on_device", "step_many"]
 
 # Positions of noise per worker thread at least: below this a thread costs more than it saves. The noise is
 # some 80 numpy passes, each short at these sizes, and every pass hands the GIL back and forth: on a 2-core CPU a
@@ -117,3 +117,36 @@ def step_many(states: Sequence[MaskGitState], outputs: Sequence[dict]) -> list[S
         state.apply(choice)
         choices.append(choice)
     return choices
+
+
+class PackedDeviceLM(Protocol):
+    """What `run_on_device` needs of an LM that holds several chunks (a packed runner session) and makes the greedy
+    choices on its device: `device_steps`, the steps it runs at most without the host (0 when it cannot now), and
+    `run_steps_many(tokens, plans, configs)`: run each chunk's rows of MaskGitState.device_plan from its tokens
+    (int32 [C, T]) with its settings, and return each chunk's tokens after the last row, or the ValueError of a
+    chunk whose scores were unusable."""
+
+    device_steps: int
+
+    def run_steps_many(self, tokens: Sequence[np.ndarray], plans: Sequence[np.ndarray],
+                       configs: Sequence[GenerationConfig]) -> list: ...
+
+
+def run_on_device(states: Sequence[MaskGitState], lm: PackedDeviceLM) -> Optional[list[list[int] | ValueError]]:
+    """Run the steps every state has left in common (as many as the state with the fewest has) on `lm`'s device,
+    each state's choices its own, with the host loop's arithmetic and draws. Returns per state the steps run (or
+    the ValueError of a state whose chunk failed), or None where the device cannot take them all (then nothing was
+    drawn: step on the host)."""
+    limit = getattr(lm, "device_steps", 0)
+    if not limit or not states or any(not s.greedy or s.done or s.position_noise is not None for s in states):
+        return None
+    count = min(len(s.steps_left) for s in states)
+    offsets = [s.rng.offset if s.rng is not None else None for s in states]
+    plans = [s.device_plan(limit, count) for s in states]
+    if any(p is None for p in plans):  # put back what the others drew
+        for s, offset in zip(states, offsets):
+            if s.rng is not None:
+                s.rng.offset = offset
+        return None
+    outs = lm.run_steps_many([s.tokens.copy() for s in states], plans, [s.config for s in states])
+    return [out if isinstance(out, Exception) else s.finish_on_device(out, count) for s, out in zip(states, outs)]

@@ -485,27 +485,28 @@ class MaskGitState:
         self.position_noise = None
         self._next()
 
-    def _steps_left(self) -> list[int]:
+    @property
+    def steps_left(self) -> list[int]:
         """The steps still to run that unmask something (the others are skipped)."""
         return [s for s in range(self.step, len(self.schedule)) if self.schedule[s] > 0]
 
-    def device_plan(self, max_steps: int) -> Optional[np.ndarray]:
-        """The steps left, as rows for a device that runs them all without the host (GuidedLM.run_steps, see
-        :meth:`run_on_device`; on CUDA runners.lm's ChunkSession.run_on_device: each step's choice made where the
-        LM ran): int32 [n, 6] of k, the seed's low
-        and high 32 bits, the Philox offset / 4's low and high 32 bits, and 1 where the step adds position noise.
+    def device_plan(self, max_steps: int, count: Optional[int] = None) -> Optional[np.ndarray]:
+        """The steps left (the first `count` of them, default all), as rows for a device that runs them without
+        the host (GuidedLM.run_steps, see :meth:`run_on_device`; on CUDA runners.lm's ChunkSession.run_on_device:
+        each step's choice made where the LM ran): int32 [n, 6] of k, the seed's low and high 32 bits, the Philox
+        offset / 4's low and high 32 bits, and 1 where the step adds position noise.
 
         None where the device cannot take them: sampled classes, noise drawn ahead, more than `max_steps` steps
-        (none where `max_steps` is 0),
-        or a [C, T] draw that PyTorch would spread over several Philox calls per thread (the device computes
-        element i as word 0 of thread i's first call). Otherwise the generator advances as the host's steps would
-        advance it (one [C, T] draw for each step with position noise): run the rows, then :meth:`finish_on_device`.
+        (none where `max_steps` is 0), or a [C, T] draw that PyTorch would spread over several Philox calls per
+        thread (the device computes element i as word 0 of thread i's first call). Otherwise the generator
+        advances as the host's steps would advance it (one [C, T] draw for each step with position noise): run the
+        rows, then :meth:`finish_on_device`.
         """
         if not self.greedy or self.position_noise is not None or self.done or max_steps <= 0:
             return None
-        steps = self._steps_left()
+        steps = self.steps_left[:count]
         noise = self.config.position_temperature > 0
-        if len(steps) > max_steps or (noise and self.rng.launch(self.tokens.size)[0] < self.tokens.size):
+        if not steps or len(steps) > max_steps or (noise and self.rng.launch(self.tokens.size)[0] < self.tokens.size):
             return None
         rows = np.zeros((len(steps), 6), dtype=np.int64)
         for row, s in zip(rows, steps):
@@ -522,14 +523,15 @@ class MaskGitState:
         plan = self.device_plan(getattr(lm, "device_steps", 0))
         if plan is None:
             return None
-        tokens = lm.run_steps(self.tokens.copy(), plan, self.config) if len(plan) else self.tokens
-        return self.finish_on_device(tokens)
+        return self.finish_on_device(lm.run_steps(self.tokens.copy(), plan, self.config))
 
-    def finish_on_device(self, tokens: np.ndarray) -> list[int]:
-        """Take the tokens of a device that ran :meth:`device_plan`'s rows; returns the steps they covered."""
-        steps = self._steps_left()
+    def finish_on_device(self, tokens: np.ndarray, count: Optional[int] = None) -> list[int]:
+        """Take the tokens of a device that ran :meth:`device_plan`'s rows (for the first `count` steps left, default
+        all); returns the steps they covered."""
+        steps = self.steps_left[:count]
         self.tokens[...] = _check_tokens(tokens, *self.tokens.shape, "tokens from the device")
-        self.step = len(self.schedule)
+        self.step = steps[-1] if steps else self.step
+        self._next()
         return steps
 
     def advance(self, lm: GuidedLM, on_step: Optional[StepCallback] = None) -> StepChoice:

@@ -214,8 +214,8 @@ class LanguageModel:
         self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 512 << 20
         self._kept: OrderedDict[tuple, list[_KeptGraph]] = OrderedDict()
         self._kept_lock = threading.Lock()
-        # Patch 0024's MaskGIT step on CUDA: a lone greedy chunk's steps queued back to back, each choice made on
-        # the device, which writes the next run's ids (ChunkSession.run_on_device, sessions opened with
+        # Patch 0024's MaskGIT step on CUDA: greedy chunks' steps queued back to back, each choice made on the
+        # device, which writes the next run's ids (ChunkSession.run_on_device, sessions opened with
         # device_steps); device_maskgit=False (OMNIVOICE_DEVICE_MASKGIT=0) keeps the choices on the host (A/Bs).
         if device_maskgit is None:
             device_maskgit = current().device_maskgit
@@ -423,7 +423,7 @@ class ChunkSession:
         # the device's choices write them. Not by default: there the ids come from the host at every step, and in
         # the serving engine, which steps on the host, device-held ids made a lone streamed request's first audio
         # later (BENCHMARKS.md, "Tried and did not pay").
-        self._device_loop = (device_steps and model.maskgit_step is not None and n == 1 and self.greedy[0]
+        self._device_loop = (device_steps and model.maskgit_step is not None and all(self.greedy)
                              and not with_logits)
         # The constants that follow the prompts' content, not only their shape: what a kept graph is given anew
         # (positions, row ids, head columns, guidance and padding all follow from the key).
@@ -464,9 +464,11 @@ class ChunkSession:
         # A lone greedy prompt's device-side MaskGIT state (run_on_device): its tokens, the steps' rows, the step
         # counter and error bits, the choice's scratch; kept with the graph like the other constants.
         if self._device_loop:
-            T = self.prompts[0].n_target
-            consts.update(mg_tokens=Zeros(np.int32, (C * T,)), mg_plan=Zeros(np.int32, (MAX_DEVICE_STEPS, 6)),
-                          mg_state=Zeros(np.int32, (2,)), mg_keys=Zeros(np.int32, (C * T,)))
+            Ts = [p.n_target for p in self.prompts]
+            # every prompt's tokens, plan rows and state, one after another; one scratch for the choices' keys, as
+            # the prompts' kernels run one after another on the stream
+            consts.update(mg_tokens=Zeros(np.int32, (C * sum(Ts),)), mg_plan=Zeros(np.int32, (n * MAX_DEVICE_STEPS, 6)),
+                          mg_state=Zeros(np.int32, (2 * n,)), mg_keys=Zeros(np.int32, (C * max(Ts),)))
         # The greedy prompts' target columns, cond then uncond, go through the audio heads and the guided pick
         # together: one product and a dozen ops for the whole batch rather than per prompt (on a GPU each is a
         # kernel, and each output a copy back).
@@ -605,61 +607,90 @@ class ChunkSession:
 
     @property
     def device_steps(self) -> int:
-        """How many MaskGIT steps `run_on_device` takes at most now: MAX_DEVICE_STEPS for a lone greedy prompt of a
-        session opened with device_steps on CUDA with patch 0024, 0 elsewhere (the caller steps on the host)."""
+        """How many MaskGIT steps `run_on_device` takes at most now: MAX_DEVICE_STEPS in a session of greedy prompts
+        opened with device_steps on CUDA with patch 0024, 0 elsewhere (the caller steps on the host)."""
         return MAX_DEVICE_STEPS if self._device_loop and self.graph is not None and self._launched is None else 0
 
-    def run_on_device(self, tokens: np.ndarray, plan: np.ndarray, layer_penalty_factor: float,
-                      position_temperature: float, mask_id: int) -> np.ndarray:
-        """Run MaskGIT steps of the lone prompt on the device: each step is the graph's run and then the choice on
-        the device, which writes the tokens into the next run's ids, so the steps are queued back to back with no
-        host work between them; the host waits once. `tokens`: int32 [C, T] before the first step; `plan`: the
-        steps' rows (generate.maskgit.MaskGitState.device_plan: k, the Philox seed and offset, the noise flag).
-        Returns the tokens after the last step. Only where `device_steps` covers the plan (a ValueError
-        elsewhere). The tokens are the host loop's, bit for bit (tests/models/test_lm_device_maskgit.py)."""
-        if not 0 < len(plan) <= self.device_steps:
-            raise ValueError(f"ChunkSession.run_on_device: {len(plan)} steps, this session runs 1 to "
-                             f"{self.device_steps} on the device")
-        args, g, c = self._device_args(tokens, plan, layer_penalty_factor, position_temperature, mask_id), \
-            self.graph, self.constants
-        backend = self.model.runtime.backend
+    def run_on_device(self, tokens: Sequence[np.ndarray], plans: Sequence[np.ndarray],
+                      layer_penalty_factors: Sequence[float], position_temperatures: Sequence[float],
+                      mask_id: int) -> list:
+        """Run MaskGIT steps of every prompt on the device: each step is the graph's run and then each prompt's
+        choice on the device, which writes its tokens into the next run's ids, so the steps are queued back to back
+        with no host work between them; the host waits once. Per prompt: `tokens` int32 [C, T] before the first
+        step, `plans` the steps' rows (generate.maskgit.MaskGitState.device_plan: k, the Philox seed and offset,
+        the noise flag; as many for every prompt), its layer penalty and position temperature. Returns per prompt
+        the tokens after the last step, or the ValueError of a prompt whose scores were NaN or whose choice was the
+        mask id. Only where `device_steps` covers the plans (a ValueError elsewhere). The tokens are the host
+        loop's, bit for bit (tests/models/test_lm_device_maskgit.py, tests/engine/test_device_path.py)."""
+        n = len(self.prompts)
+        steps = len(plans[0]) if len(plans) == n else 0
+        if not 0 < steps <= self.device_steps or any(len(p) != steps for p in plans) or len(tokens) != n:
+            raise ValueError(f"ChunkSession.run_on_device: {len(plans)} plans of {[len(p) for p in plans]} steps for "
+                             f"{n} prompts; this session runs 1 to {self.device_steps} steps, as many for each")
+        args = self._device_args(tokens, plans, layer_penalty_factors, position_temperatures, mask_id)
+        g, c, backend = self.graph, self.constants, self.model.runtime.backend
         try:
-            for _ in range(len(plan)):
+            for _ in range(steps):
                 g.launch()
-                if self.model.maskgit_step(backend, args) != 0:
-                    raise RuntimeError("the device's MaskGIT step refused its arguments")
+                for a in args:
+                    if self.model.maskgit_step(backend, a) != 0:
+                        raise RuntimeError("the device's MaskGIT step refused its arguments")
         finally:
             lib.ggml_backend_synchronize(backend)  # every queued run and choice, before anything is read or reused
-        done, flags = (int(v) for v in read_tensor(c["mg_state"]))
-        if flags & 1:
-            raise ValueError("MaskGIT: the LM produced NaN scores")
-        if flags & 2:
-            raise ValueError(f"MaskGIT: the LM predicted the mask id {mask_id} for a position being unmasked")
-        if flags or done != len(plan):
-            raise RuntimeError(f"the device's MaskGIT ran {done} of {len(plan)} steps (error bits {flags})")
-        return read_tensor(c["mg_tokens"]).reshape(np.shape(tokens)).astype(np.int32)
+        state = read_tensor(c["mg_state"]).reshape(n, 2)
+        out, at = [], read_tensor(c["mg_tokens"])
+        for (done, flags), tok in zip(state.tolist(), tokens):
+            size, shape = np.size(tok), np.shape(tok)
+            if flags & 1:
+                out.append(ValueError("MaskGIT: the LM produced NaN scores"))
+            elif flags & 2:
+                out.append(ValueError(f"MaskGIT: the LM predicted the mask id {mask_id} for a position being "
+                                      "unmasked"))
+            elif flags or done != steps:
+                raise RuntimeError(f"the device's MaskGIT ran {done} of {steps} steps (error bits {flags})")
+            else:
+                out.append(at[:size].reshape(shape).astype(np.int32))
+            at = at[size:]
+        return out
 
-    def _device_args(self, tokens: np.ndarray, plan: np.ndarray, layer_penalty_factor: float,
-                     position_temperature: float, mask_id: int):
-        """run_on_device's start: the tokens, the plan and a zeroed step counter written to the device, the graph's
-        ids made from the tokens, and the kernel's arguments (cffi struct)."""
-        c, p, cfg, g = self.constants, self.prompts[0], self.cfg, self.graph
-        (c0, u0), Lc, T = self.starts[0], p.input_ids.shape[1], p.n_target
-        tokens = np.asarray(tokens, np.int32)
-        write_tensor(c["mg_tokens"], tokens.reshape(-1), "mg_tokens")
-        write_tensor(c["mg_plan"], np.concatenate([plan, np.zeros((MAX_DEVICE_STEPS - len(plan), 6), np.int32)]),
-                     "mg_plan")
-        write_tensor(c["mg_state"], np.zeros(2, np.int32), "mg_state")
-        g.set_input("audio_ids", self._audio_ids([tokens]))
-        temp = float(position_temperature)
-        return ffi.new("struct ggml_cuda_maskgit_args *", dict(
-            pred=ffi.cast("int32_t *", g.tensor("pred").data), score=ffi.cast("float *", g.tensor("score").data),
-            tokens=ffi.cast("int32_t *", c["mg_tokens"].data), ids=ffi.cast("int32_t *", g.tensor("audio_ids").data),
-            plan=ffi.cast("int32_t *", c["mg_plan"].data), state=ffi.cast("int32_t *", c["mg_state"].data),
-            keys=ffi.cast("uint32_t *", c["mg_keys"].data),
-            penalty=float(np.float32(layer_penalty_factor)),
-            inv_temp=float(np.float32(1.0 / temp)) if temp > 0 else 0.0, C=cfg.n_codebook, T=T, L=self.L,
-            cond0=c0 + Lc - T, uncond0=u0, audio_vocab=cfg.audio_vocab, mask_id=mask_id, n_steps=len(plan)))
+    def run_steps_many(self, tokens: Sequence[np.ndarray], plans: Sequence[np.ndarray], configs) -> list:
+        """`run_on_device` with each prompt's sampler settings (generate.maskgit.GenerationConfig): what
+        generate.batch.run_on_device asks of a packed LM."""
+        return self.run_on_device(tokens, plans, [c.layer_penalty_factor for c in configs],
+                                  [c.position_temperature for c in configs], self.cfg.audio_mask_id)
+
+    def _device_args(self, tokens: Sequence[np.ndarray], plans: Sequence[np.ndarray],
+                     layer_penalty_factors: Sequence[float], position_temperatures: Sequence[float], mask_id: int):
+        """run_on_device's start: the tokens, the plans and zeroed step counters written to the device, the graph's
+        ids made from the tokens, and each prompt's kernel arguments (cffi structs): its share of the outputs
+        (pred and score, prompt after prompt), of the tokens, plans and states, and its target columns."""
+        c, cfg, g = self.constants, self.cfg, self.graph
+        n, C = len(self.prompts), cfg.n_codebook
+        tokens = [np.asarray(t, np.int32) for t in tokens]
+        write_tensor(c["mg_tokens"], np.concatenate([t.reshape(-1) for t in tokens]), "mg_tokens")
+        rows = np.zeros((n * MAX_DEVICE_STEPS, 6), np.int32)
+        for i, plan in enumerate(plans):
+            rows[i * MAX_DEVICE_STEPS:i * MAX_DEVICE_STEPS + len(plan)] = plan
+        write_tensor(c["mg_plan"], rows, "mg_plan")
+        write_tensor(c["mg_state"], np.zeros(2 * n, np.int32), "mg_state")
+        g.set_input("audio_ids", self._audio_ids(tokens))
+        ptr = {name: ffi.cast(kind, t.data) for name, kind, t in (
+            ("pred", "int32_t *", g.tensor("pred")), ("score", "float *", g.tensor("score")),
+            ("tokens", "int32_t *", c["mg_tokens"]), ("ids", "int32_t *", g.tensor("audio_ids")),
+            ("plan", "int32_t *", c["mg_plan"]), ("state", "int32_t *", c["mg_state"]),
+            ("keys", "uint32_t *", c["mg_keys"]))}
+        args, at = [], 0  # at: the prompt's first target in pred, score and the tokens
+        for i, ((c0, u0), p) in enumerate(zip(self.starts, self.prompts)):
+            Lc, T = p.input_ids.shape[1], p.n_target
+            temp = float(position_temperatures[i])
+            args.append(ffi.new("struct ggml_cuda_maskgit_args *", dict(
+                pred=ptr["pred"] + at, score=ptr["score"] + at, tokens=ptr["tokens"] + at, ids=ptr["ids"],
+                plan=ptr["plan"] + 6 * MAX_DEVICE_STEPS * i, state=ptr["state"] + 2 * i, keys=ptr["keys"],
+                penalty=float(np.float32(layer_penalty_factors[i])),
+                inv_temp=float(np.float32(1.0 / temp)) if temp > 0 else 0.0, C=C, T=T, L=self.L,
+                cond0=c0 + Lc - T, uncond0=u0, audio_vocab=cfg.audio_vocab, mask_id=mask_id, n_steps=len(plans[i]))))
+            at += C * T
+        return args
 
     def _results(self, out: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
         C = self.cfg.n_codebook
@@ -719,8 +750,11 @@ class GuidedChunk:
         return self.session.device_steps
 
     def run_steps(self, tokens: np.ndarray, plan: np.ndarray, config) -> np.ndarray:
-        return self.session.run_on_device(tokens, plan, config.layer_penalty_factor, config.position_temperature,
-                                          self.mask_id)
+        out = self.session.run_on_device([tokens], [plan], [config.layer_penalty_factor],
+                                         [config.position_temperature], self.mask_id)[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
 
     def guided_argmax(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return self.launch_guided_argmax(tokens)()

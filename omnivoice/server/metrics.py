@@ -13,8 +13,8 @@
     omnivoice_engine_packed_requests_total       requests in those steps, summed (over steps: the mean batch)
     omnivoice_engine_graphs_total                LM graph switches (the set of packed chunks changed)
     omnivoice_engine_graphs_reused_total         of those, graphs kept from an earlier batch of the same shape
-    omnivoice_engine_device_chunks_total         chunks whose MaskGIT steps ran on the device (a lone greedy
-                                                 request on CUDA: the engine's fast path)
+    omnivoice_engine_device_runs_total           runs of MaskGIT steps on the device (a few greedy requests on
+                                                 CUDA: the engine's fast path)
     omnivoice_engine_seconds_total{phase}        the engine thread's wall seconds by phase (BatchEngine.timings:
                                                  admit, graph, lm_ids, lm_run, lm_read, wait, maskgit, decode);
                                                  with the scrapes' wall time, whether the server is bound by the
@@ -54,7 +54,7 @@ class _Engines:
              ("packed_requests", "Requests in the engine's steps, summed"),
              ("graphs", "LM graph switches: the set of packed chunks changed"),
              ("graphs_reused", "LM graph switches to a graph kept from an earlier batch of the same shape"),
-             ("device_chunks", "Chunks whose MaskGIT steps ran on the device (a lone greedy request on CUDA)"))
+             ("device_runs", "Runs of MaskGIT steps on the device (a few greedy requests on CUDA)"))
 
     def __init__(self, read: Callable[[], list[EngineSnapshot]]) -> None:
         self.read = read

@@ -1,9 +1,10 @@
-"""The engine's device fast path (BatchEngine._on_device: a lone greedy task's chunk run whole on the device, CUDA
-with patch 0024) exercised on the CPU with the device's MaskGIT step emulated.
+"""The engine's device fast path (BatchEngine._on_device: a few greedy tasks' steps run on the device, a lone
+task's whole chunk; CUDA with patch 0024) exercised on the CPU with the device's MaskGIT step emulated.
 
 Everything but the CUDA kernel is the real code: the engine's choice of the path, the session opened with
-device_steps (its graph and device-side state), MaskGitState.device_plan / run_on_device / finish_on_device and
-ChunkSession.run_on_device with its kernel arguments. The kernel is replaced by `FakeMaskGitStep`, which makes
+device_steps (its graph and device-side state), generate.batch.run_on_device, MaskGitState.device_plan /
+finish_on_device and ChunkSession.run_on_device with each prompt's kernel arguments (its share of the packed
+outputs, tokens, plans and states). The kernel is replaced by `FakeMaskGitStep`, which makes
 each step's choice in numpy from what the kernel is given (the graph's pred and score, the plan row's k, Philox
 seed and offset) and writes the tokens and the next run's ids where the kernel writes them. Its results must
 equal the host loop's, bit for bit, as the CUDA kernel's do on the GPU (tests/models/test_lm_device_maskgit.py).
@@ -100,13 +101,30 @@ def test_a_lone_request_runs_on_the_device_with_the_host_loops_tokens(ov, ref_cl
         assert step.calls - before == req["num_step"] * len(expected.tokens), "every step ran on the device"
 
 
-def test_sampled_classes_and_packed_groups_step_on_the_host(ov, ref_clip, device):
-    sampled = dict(text="Sampled classes.", seed=16, num_step=4, class_temperature=0.7)
+def test_a_packed_group_runs_on_the_device_with_the_host_loops_tokens(ov, ref_clip, monkeypatch):
+    """Three greedy requests of different lengths and step counts, and a long-form one, packed: each run covers
+    the steps they have left in common, each prompt's choice from its own share of the packed outputs."""
+    reqs = requests(ref_clip)
+    want = [solo(ov, r) for r in reqs]
+    step = FakeMaskGitStep()
+    monkeypatch.setattr(ov.lm, "maskgit_step", step)
+    got = ov.synthesize_batch(reqs, batch_size=4)
+    for req, g, w in zip(reqs, got, want):
+        assert_same_result(g, w, req["text"][:20])
+    assert step.calls == sum(r["num_step"] * len(w.tokens) for r, w in zip(reqs, want))
+
+
+def test_sampled_classes_step_on_the_host(ov, ref_clip, device):
+    sampled = dict(text="Sampled classes.", seed=16, num_step=8, class_temperature=0.7)  # the last to finish
     solo(ov, sampled)
     assert device.calls == 0
-    batch = requests(ref_clip)[:3]
-    ov.synthesize_batch(batch, batch_size=3)
-    assert device.calls == 0  # three packed: the host steps them (the device takes one prompt)
+    reqs = requests(ref_clip)[:2] + [sampled]
+    want = [solo(ov, r) for r in reqs[:2]]
+    device.calls = 0
+    got = ov.synthesize_batch(reqs, batch_size=3)
+    for req, g, w in zip(reqs, got, want):
+        assert_same_result(g, w, req["text"][:20])
+    assert device.calls == 0  # a sampling task in the group: the host steps them all
 
 
 def test_progress_counts_each_step_of_a_device_chunk(ov, device):
@@ -117,17 +135,17 @@ def test_progress_counts_each_step_of_a_device_chunk(ov, device):
 
 def test_an_arrival_joins_at_the_device_chunks_end(ov, ref_clip, device):
     """A long-form request alone runs its first chunk whole on the device; a request added meanwhile is admitted
-    at that chunk's end, and the two then step packed on the host. Both results equal their solo runs."""
+    at that chunk's end, and the two then run packed on the device. Both results equal their solo runs."""
     long_form, other = requests(ref_clip)[3], requests(ref_clip)[0]
     (req_a, set_a), (req_b, set_b) = prepare([long_form, other])
     a, b = Task(req_a, set_a), Task(req_b, set_b)
     with BatchEngine(ov, max_batch=4) as engine:
         engine.add(a)
         engine.step()
-        assert a.unit == 1 and engine.stats["device_chunks"] == 1 and device.calls == long_form["num_step"]
+        assert a.unit == 1 and engine.stats["device_runs"] == 1 and device.calls == long_form["num_step"]
         engine.add(b)
         engine.step()
-        assert len(engine.active) == 2 and engine.stats["device_chunks"] == 1  # packed, on the host
+        assert b.t_started is not None and engine.stats["device_runs"] == 2  # admitted, the two on the device
         while engine.busy:
             engine.step()
     assert a.error is None and b.error is None

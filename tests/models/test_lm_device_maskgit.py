@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from omnivoice.generate import CudaPhiloxGenerator, GenerationConfig, MaskGitState
+from omnivoice.generate.batch import run_on_device, step_many
 from omnivoice.ggml import lib, read_tensor
 from omnivoice.ggml.graph import shape_of, write_tensor
 from omnivoice.runners.lm import GuidedChunk
@@ -75,7 +76,8 @@ def test_one_device_choice_ties_and_writes_the_ids_like_the_host(model, rng, pos
     score = rng.choice(np.float32([-1.0, -2.0, -2.5]), (C, T))
     with model.session([prompt], config.guidance_scale, True, device_steps=True) as s:
         plan = dev.device_plan(256)
-        args = s._device_args(dev.tokens, plan, config.layer_penalty_factor, config.position_temperature, MASK_ID)
+        args = s._device_args([dev.tokens], [plan], [config.layer_penalty_factor], [config.position_temperature],
+                              MASK_ID)[0]
         # the graph's outputs as the guided pick leaves them: frame-major [T, C]
         for name, value in (("pred", pred), ("score", score)):
             t = s.graph.tensor(name)
@@ -89,6 +91,30 @@ def test_one_device_choice_ties_and_writes_the_ids_like_the_host(model, rng, pos
         host.apply(choice)
         np.testing.assert_array_equal(tokens, host.tokens)
         np.testing.assert_array_equal(ids, s._audio_ids([host.tokens]))
+
+
+def test_packed_device_steps_equal_the_host_loop(model, rng):
+    """Two prompts of other lengths and voices packed in one graph, each step's two choices on the device (one kernel
+    a prompt, each on its share of the outputs; generate.batch.run_on_device): the host loop's tokens and draws."""
+    on_device(model)
+    prompts = [masked_prompt(rng, 11, 0, 23), masked_prompt(rng, 7, 9, 41)]
+    config = GenerationConfig(num_step=8, position_temperature=5.0, class_temperature=0.0)
+
+    def states():
+        return [MaskGitState(p.n_target, config, CudaPhiloxGenerator(seed), mask_id=MASK_ID)
+                for seed, p in zip((1, 2), prompts)]
+
+    host = states()
+    with model.session(prompts, config.guidance_scale, True) as s:
+        while not host[0].done:
+            step_many(host, s.step([h.tokens for h in host]))
+    dev = states()
+    with model.session(prompts, config.guidance_scale, True, device_steps=True) as s:
+        ran = run_on_device(dev, s)
+    assert [len(r) for r in ran] == [8, 8] and all(d.done for d in dev)
+    for d, h in zip(dev, host):
+        np.testing.assert_array_equal(d.tokens, h.tokens)
+        assert d.rng.offset == h.rng.offset
 
 
 def test_the_session_declines_what_the_device_cannot_run(model, rng):
@@ -106,10 +132,10 @@ def test_the_session_declines_what_the_device_cannot_run(model, rng):
         assert sampled.run_on_device(GuidedChunk(s, MASK_ID)) is None
         if model.maskgit_step is None:
             assert s.device_steps == 0 and greedy.run_on_device(GuidedChunk(s, MASK_ID)) is None
-            with pytest.raises(ValueError, match="on the device"):
-                s.run_on_device(greedy.tokens, np.zeros((1, 6), np.int32), 5.0, 5.0, MASK_ID)
-    with model.session([prompt, prompt], 2.0, True, device_steps=True) as s:
-        assert s.device_steps == 0
+            with pytest.raises(ValueError, match="this session runs"):
+                s.run_on_device([greedy.tokens], [np.zeros((1, 6), np.int32)], [5.0], [5.0], MASK_ID)
+    with model.session([prompt, prompt], 2.0, [True, False], device_steps=True) as s:
+        assert s.device_steps == 0  # a prompt that samples its classes
     with model.session([prompt], 2.0, True, with_logits=True, device_steps=True) as s:
         assert s.device_steps == 0 and greedy.run_on_device(GuidedChunk(s, MASK_ID)) is None
     assert sampled.rng.offset == 0 and greedy.rng.offset == 0 and not greedy.done
