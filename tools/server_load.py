@@ -23,6 +23,16 @@ The Ray Serve app (docs/SERVING.md) is started with the server's own flags after
 
 With --in-process there is no server: the same requests (the server's schema and voices make them) go to
 `OmniVoice.engine()` in this process, so that a run beside one over HTTP shows what the web layer costs.
+Streaming loads (--loads closed,conversational; the default `whole` is part 2 above): for each client count C,
+C clients each send --requests streamed requests (stream_format audio, pcm) of one sentence each, 1 to 25 words
+drawn from a word list with --text-seed (every client its own texts, the same on every run and every server):
+  closed          each client sends its next request as soon as its last one has ended (no pause)
+  conversational  each client plays its audio in real time before its next request (a voice agent): it waits
+                  until the audio it received has played, counted from its first byte
+Reported per load and count: first audio p50 / p90 / p99 (from sending to the first byte), audio seconds per
+wall second, request latency p50, failed requests (errors) and 503 answers (rejected; the client waits the
+Retry-After, at most --max-retry-after s, and sends its next request).
+
 With --direct, once the server is done, the one-client requests (the same texts, voice and seeds, as the server's
 schema makes them) run one after another through `OmniVoice.synthesize` in this process: the server's audio
 seconds per second at one client against the library's (`direct.server_ratio`).
@@ -63,6 +73,35 @@ VARIED = ("Good morning.",
           "Rain again today.",
           "If the meeting runs late, start dinner without me and keep a plate warm in the oven.",
           "Numbers, dates and names all come out clearly when the speaker takes a breath between them.")
+# --loads closed/conversational: sentences of 1 to 25 of these words, drawn with --text-seed
+WORDS = ("the a of and to in is it you that he was for on are with as his they be at one have this from or had by "
+         "word but what some we can out other were all there when up use your how said an each she which do "
+         "their time if will way about many then them write would like so these her long make thing see him "
+         "two has look more day could go come did number sound no most people my over know water than call "
+         "first who may down side been now find any new work part take get place made live where after back "
+         "little only round man year came show every good me give our under name very through just form "
+         "sentence great think say help low line differ turn cause much mean before move right boy old too "
+         "same tell does set three want air well also play small end put home read hand port large spell add "
+         "even land here must big high such follow act why ask men change went light kind off need house "
+         "picture try us again animal point mother world near build self earth father head stand own page "
+         "should country found answer school grow study still learn plant cover food sun four between state "
+         "keep eye never last let thought city tree cross farm hard start might story saw far sea draw left "
+         "late run while press close night real life few north open seem together next white children begin "
+         "got walk example ease paper group always music those both mark often letter until mile river car "
+         "feet care second book carry took science eat room friend began idea fish mountain stop once base "
+         "hear horse cut sure watch color face wood main enough plain girl usual young ready above ever red "
+         "list though feel talk bird soon body dog family direct pose leave song measure door product black "
+         "short numeral class wind question happen complete ship area half rock order fire south problem "
+         "piece told knew pass since top whole king space heard best hour better true during hundred five "
+         "remember step early hold west ground interest reach fast verb sing listen six table travel less "
+         "morning ten simple several vowel toward war lay against pattern slow center love person money "
+         "serve appear road map rain rule govern pull cold notice voice unit power town fine certain fly fall "
+         "lead cry dark machine note wait plan figure star box noun field rest correct able pound done beauty "
+         "drive stood contain front teach week final gave green oh quick develop ocean warm free minute "
+         "strong special mind behind clear tail produce fact street inch multiply nothing course stay wheel "
+         "full force blue object decide surface deep moon island foot system busy test record boat common "
+         "gold possible plane stead dry wonder laugh thousand ago ran check game shape equate hot miss "
+         "brought heat snow tire bring yes distant fill east paint language among").split()
 RATE = 24000
 PHASES = ("admit", "graph", "lm_ids", "lm_run", "lm_read", "wait", "maskgit", "decode")  # BatchEngine.timings
 
@@ -77,7 +116,24 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def sentence_texts(seed: int, count: int, low: int = 1, high: int = 25) -> list[str]:
+    """`count` one-sentence texts of `low` to `high` words (uniform) drawn from WORDS with `seed`: the same on
+    every run, so that two servers measured one after another get the same requests."""
+    import random
+
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(count):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(low, high))]
+        if len(words) > 6 and rng.random() < 0.5:  # a clause mark in some of the longer ones, as speech has
+            words[rng.randrange(2, len(words) - 2)] += ","
+        texts.append(" ".join(words).capitalize() + rng.choice(".....?!"))
+    return texts
+
+
 def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
     ordered = sorted(values)
     k = (len(ordered) - 1) * q
     lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
@@ -106,6 +162,28 @@ class Http:
                     first = time.perf_counter() - t0
                 n += len(chunk)
         return {"first_audio_s": first, "total_s": time.perf_counter() - t0, "audio_s": n / 2 / RATE}
+
+    async def stream_once(self, body: dict) -> dict:
+        """One streamed pcm request, not raising: {"status", "first_audio_s", "total_s", "audio_s",
+        "retry_after_s" (a 503's), "error" (other failures)}."""
+        t0 = time.perf_counter()
+        first, n = None, 0
+        try:
+            async with self.client.stream("POST", "/v1/audio/speech",
+                                          json={**body, "stream_format": "audio", "response_format": "pcm"}) as r:
+                if r.status_code != 200:
+                    text = (await r.aread()).decode(errors="replace")[:300]
+                    return {"status": r.status_code, "error": text, "total_s": time.perf_counter() - t0,
+                            "retry_after_s": float(r.headers.get("retry-after") or 1)}
+                async for chunk in r.aiter_raw():
+                    if chunk and first is None:
+                        first = time.perf_counter() - t0
+                    n += len(chunk)
+        except (httpx.HTTPError, OSError) as e:  # a dropped connection, a stream cut short: an error, counted
+            return {"status": None, "error": f"{type(e).__name__}: {e}", "total_s": time.perf_counter() - t0}
+        if first is None:
+            return {"status": 200, "error": "no audio", "total_s": time.perf_counter() - t0}
+        return {"status": 200, "first_audio_s": first, "total_s": time.perf_counter() - t0, "audio_s": n / 2 / RATE}
 
     async def ws_first_audio(self, body: dict, tokens_per_s: float) -> dict:
         """THREE over the WebSocket at `tokens_per_s`: seconds from the token that ends the first sentence (and
@@ -210,6 +288,26 @@ class InProcess:
             n += len(piece)
         return {"first_audio_s": first, "total_s": time.perf_counter() - t0, "audio_s": n / RATE}
 
+    async def stream_once(self, body: dict) -> dict:
+        """As Http.stream_once: a full queue (EngineFull) is the server's 503."""
+        from omnivoice.engine import EngineFull
+
+        t0 = time.perf_counter()
+        try:
+            job = self.backend.submit(self.request(body), stream=True)
+        except EngineFull as e:
+            return {"status": 503, "error": str(e), "total_s": time.perf_counter() - t0,
+                    "retry_after_s": e.retry_after}
+        pieces = iter(job.chunks())
+        first, n = None, 0
+        try:
+            while (piece := await asyncio.to_thread(next, pieces, None)) is not None:
+                first = time.perf_counter() - t0 if first is None else first
+                n += len(piece)
+        except Exception as e:
+            return {"status": 500, "error": f"{type(e).__name__}: {e}", "total_s": time.perf_counter() - t0}
+        return {"status": 200, "first_audio_s": first, "total_s": time.perf_counter() - t0, "audio_s": n / RATE}
+
     async def one_request(self, body: dict) -> tuple[float, float]:
         t0 = time.perf_counter()
         result = await asyncio.wrap_future(self.backend.submit(self.request(body)).future)
@@ -258,10 +356,56 @@ async def concurrent(target, body: dict, clients: int, requests: int, warmup: bo
             "engine": engine_share(before, await target.engine_counters(), wall)}
 
 
-async def measure(target, args) -> tuple[dict, list[dict], list[dict]]:
+async def streaming_load(target, body: dict, load: str, clients: int, requests: int, seed: int,
+                         max_retry_after: float) -> dict:
+    """`clients` clients of `requests` streamed one-sentence requests each (texts of sentence_texts, the client's
+    own), closed loop or conversational (`load`): first audio percentiles, audio s per s, errors and 503s."""
+    firsts, latencies, audio, errors, rejected = [], [], [], [], 0
+    before = await target.engine_counters()
+
+    async def client(w: int) -> None:
+        nonlocal rejected
+        texts = sentence_texts(seed * 100_003 + w, requests)
+        for i, text in enumerate(texts):
+            r = await target.stream_once({**body, "input": text, "seed": w * 1000 + i})
+            if r["status"] == 503:
+                rejected += 1
+                await asyncio.sleep(min(max_retry_after, r.get("retry_after_s", 1.0)))
+                continue
+            if "error" in r:
+                errors.append(f"{r['status']}: {r['error'][:200]}")
+                continue
+            firsts.append(r["first_audio_s"])
+            latencies.append(r["total_s"])
+            audio.append(r["audio_s"])
+            if load == "conversational":  # the audio plays from its first byte on, in real time
+                await asyncio.sleep(max(0.0, r["first_audio_s"] + r["audio_s"] - r["total_s"]))
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(w) for w in range(clients)))
+    wall = time.perf_counter() - t0
+    return {"load": load, "clients": clients, "requests": clients * requests, "answered": len(firsts),
+            "errors": len(errors), "rejected_503": rejected, "error_samples": errors[:5], "wall_s": wall,
+            "audio_s": sum(audio), "audio_s_per_s": sum(audio) / wall,
+            "first_audio_p50_s": percentile(firsts, 0.5), "first_audio_p90_s": percentile(firsts, 0.9),
+            "first_audio_p99_s": percentile(firsts, 0.99), "first_audio_max_s": max(firsts, default=float("nan")),
+            "latency_p50_s": percentile(latencies, 0.5),
+            "engine": engine_share(before, await target.engine_counters(), wall)}
+
+
+async def measure(target, args) -> tuple[dict, list[dict], list[dict], list[dict], list[dict]]:
     body = {"model": "tts-1", "voice": args.voice, "num_step": args.num_step, "language": "English"}
     health = await target.describe()
     await target.one_request({**body, "input": ONE, "seed": 1})  # warm: graphs built, caches filled
+    streams = []
+    for load in (x for x in args.loads if x != "whole"):
+        for c in args.clients:
+            streams.append(await streaming_load(target, body, load, c, args.requests, args.text_seed,
+                                                args.max_retry_after))
+            r = streams[-1]
+            print(f"  {load}, {c} clients: first audio p50 {r['first_audio_p50_s'] * 1000:.0f} ms, p99 "
+                  f"{r['first_audio_p99_s'] * 1000:.0f} ms, {r['audio_s_per_s']:.2f} audio s/s, {r['errors']} errors, "
+                  f"{r['rejected_503']} 503", file=sys.stderr)
     ttfb = [await target.first_audio({**body, "input": THREE, "seed": 100 + i}) for i in range(args.ttfb_repeats)]
     ws = []
     try:  # a server without WebSocket support (uvicorn with neither websockets nor wsproto) still gets the rest
@@ -271,11 +415,11 @@ async def measure(target, args) -> tuple[dict, list[dict], list[dict]]:
         print(f"  WebSocket runs failed: {type(e).__name__}: {e}", file=sys.stderr)
         ws = [{"error": f"{type(e).__name__}: {e}"}]
     rows = []
-    for c in args.clients:
+    for c in args.clients if "whole" in args.loads else ():
         rows.append(await concurrent(target, {**body, "input": ONE}, c, args.requests, args.warmup, args.vary))
         print(f"  {c} clients: {rows[-1]['audio_s_per_s']:.2f} audio s/s, p50 {rows[-1]['p50_s']:.2f} s",
               file=sys.stderr)
-    return health, ttfb, ws, rows
+    return health, ttfb, ws, rows, streams
 
 
 def direct(args) -> dict:
@@ -311,7 +455,7 @@ async def run(args) -> dict:
     if args.in_process:
         target = InProcess(args)
         try:
-            health, ttfb, ws, rows = await measure(target, args)
+            health, ttfb, ws, rows, streams = await measure(target, args)
         finally:
             target.close()
     else:
@@ -320,15 +464,16 @@ async def run(args) -> dict:
                               max_keepalive_connections=max(args.clients) + 4)
         async with httpx.AsyncClient(base_url=args.url, headers=headers, timeout=args.timeout,
                                      limits=limits) as client:
-            health, ttfb, ws, rows = await measure(Http(client), args)
+            health, ttfb, ws, rows, streams = await measure(Http(client), args)
     return {"host": {"cpu": cpu_model(), "cores": os.cpu_count(), "loadavg_before": args.loadavg,
                      "loadavg_after": os.getloadavg()},
             "server": health, "num_step": args.num_step, "voice": args.voice, "vary": args.vary,
             "first_audio": {"text": THREE, "runs": ttfb,
-                            "median_s": statistics.median(r["first_audio_s"] for r in ttfb),
-                            "min_s": min(r["first_audio_s"] for r in ttfb)},
+                            "median_s": statistics.median(r["first_audio_s"] for r in ttfb) if ttfb else None,
+                            "min_s": min((r["first_audio_s"] for r in ttfb), default=None)},
             "ws_first_audio": ws_summary(ws),
-            "concurrency": rows}
+            "concurrency": rows, "streaming_loads": streams, "text_seed": args.text_seed,
+            "label": args.label}
 
 
 def ws_summary(runs: list[dict]) -> dict | None:
@@ -343,11 +488,13 @@ def markdown(result: dict) -> str:
     fa = result["first_audio"]
     out = [f"Host: {result['host']['cpu']} ({result['host']['cores']} cores), load average before "
            f"{result['host']['loadavg_before'][0]:.2f}; server: {result['server'].get('device')}, "
-           f"model {result['server'].get('model')}, num_step {result['num_step']}, voice {result['voice']}",
-           "",
-           f"Time to first audio byte, streamed three-sentence text: median {fa['median_s'] * 1000:.0f} ms, "
-           f"min {fa['min_s'] * 1000:.0f} ms ({len(fa['runs'])} runs)",
-           ""]
+           f"model {result['server'].get('model')}, num_step {result['num_step']}, voice {result['voice']}"
+           + (f"; {result['label']}" if result.get("label") else ""), ""]
+    if result["streaming_loads"]:
+        out += streaming_table(result["streaming_loads"], result.get("label")) + [""]
+    if fa["runs"]:
+        out += [f"Time to first audio byte, streamed three-sentence text: median {fa['median_s'] * 1000:.0f} ms, "
+                f"min {fa['min_s'] * 1000:.0f} ms ({len(fa['runs'])} runs)", ""]
     wf = result["ws_first_audio"]
     if wf and "error" in wf:
         out += [f"WebSocket first audio: failed ({wf['error']})", ""]
@@ -356,6 +503,8 @@ def markdown(result: dict) -> str:
                 f"sentence's end: median {wf['median_s'] * 1000:.0f} ms, min {wf['min_s'] * 1000:.0f} ms "
                 f"({len(wf['runs'])} runs; after the first token: median "
                 f"{statistics.median(r['first_audio_after_first_token_s'] for r in wf['runs']) * 1000:.0f} ms)", ""]
+    if not result["concurrency"]:
+        return "\n".join(out)
     out += ["| clients | requests | audio s / s | x one client | requests / s | p50 latency s | p95 latency s |",
             "|---:|---:|---:|---:|---:|---:|---:|"]
     base = result["concurrency"][0]["audio_s_per_s"]
@@ -372,6 +521,19 @@ def markdown(result: dict) -> str:
                    f"({e['graphs_reused']:.0f}) | " + " | ".join(f"{e['seconds'].get(p, 0):.3f}" for p in PHASES)
                    + f" | {e['busy_share']:.0%} |")
     return "\n".join(out)
+
+
+def streaming_table(rows: list[dict], label: str | None = None) -> list[str]:
+    """The streaming loads as Markdown rows (with a first column `label` when given, to set runs side by side)."""
+    head = "| tree " if label is not None else ""
+    out = [head + "| load | clients | requests | first audio p50 ms | p90 ms | p99 ms | audio s / s | latency p50 s "
+           "| errors | 503 |", ("|---" if label is not None else "") + "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ms = [f"{r[k] * 1000:.0f}" for k in ("first_audio_p50_s", "first_audio_p90_s", "first_audio_p99_s")]
+        out.append((f"| {label} " if label is not None else "") + f"| {r['load']} | {r['clients']} | {r['requests']} | "
+                   + " | ".join(ms) + f" | {r['audio_s_per_s']:.2f} | {r['latency_p50_s']:.2f} | {r['errors']} | "
+                   f"{r['rejected_503']} |")
+    return out
 
 
 def start_server(args) -> subprocess.Popen:
@@ -410,6 +572,14 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", action="store_true", help="one uncounted request per client before each count")
     p.add_argument("--vary", action="store_true",
                    help="texts of 2 to 18 words in turn (default: every request the same sentence)")
+    p.add_argument("--loads", default="whole",
+                   help="comma list of whole (whole requests, the concurrency table), closed and conversational "
+                        "(streamed one-sentence requests: closed loop, or clients that play their audio in real "
+                        "time before the next); default whole")
+    p.add_argument("--text-seed", type=int, default=0, help="seed of the streaming loads' texts (default 0)")
+    p.add_argument("--max-retry-after", type=float, default=2.0,
+                   help="a client answered 503 waits its Retry-After, at most this many seconds (default 2)")
+    p.add_argument("--label", help="a name for this run (e.g. the tree), in the JSON and the tables")
     p.add_argument("--ttfb-repeats", type=int, default=5)
     p.add_argument("--ws-repeats", type=int, default=5, help="WebSocket first-audio runs (default 5; 0: none)")
     p.add_argument("--tokens-per-s", type=float, default=30.0,
@@ -435,6 +605,10 @@ def main(argv=None) -> int:
     g.add_argument("--server-args", nargs=argparse.REMAINDER, default=[], help="more server arguments")
     args = p.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
+    args.loads = [x.strip() for x in args.loads.split(",") if x.strip()]
+    unknown = set(args.loads) - {"whole", "closed", "conversational"}
+    if unknown:
+        p.error(f"--loads: unknown {', '.join(sorted(unknown))}; expected whole, closed, conversational")
     args.loadavg = os.getloadavg()
     proc = None
     if not args.url and not args.in_process:

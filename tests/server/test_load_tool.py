@@ -50,3 +50,37 @@ def test_load_tool_in_process_drives_the_servers_engine_without_http(tiny_gguf, 
     engines = [row["engine"] for row in result["concurrency"]]
     assert [round(e["steps"] * e["mean_batch"]) for e in engines] == [1, 2]
     assert all(row["audio_s"] > 0 for row in result["concurrency"])
+
+
+def test_sentence_texts_are_varied_one_sentence_texts_of_1_to_25_words():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import server_load
+
+    texts = server_load.sentence_texts(7, 400)
+    assert texts == server_load.sentence_texts(7, 400)  # the same on every run
+    assert texts != server_load.sentence_texts(8, 400)
+    counts = [len(t.split()) for t in texts]
+    assert min(counts) == 1 and max(counts) == 25 and len(set(texts)) == 400
+    assert all(t[-1] in ".?!" and t.count(".") + t.count("?") + t.count("!") == 1 for t in texts)
+
+
+def test_load_tool_streaming_loads_over_http(server, tmp_path):
+    out = tmp_path / "load.json"
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "server_load.py"), "--url", server.url,
+                        "--api-key", API_KEY, "--clients", "1,2", "--requests", "2", "--ttfb-repeats", "0",
+                        "--ws-repeats", "0", "--num-step", "1", "--loads", "closed,conversational",
+                        "--label", "tree", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    assert result["concurrency"] == [] and result["label"] == "tree"
+    rows = result["streaming_loads"]
+    assert [(x["load"], x["clients"], x["requests"]) for x in rows] == [
+        ("closed", 1, 2), ("closed", 2, 4), ("conversational", 1, 2), ("conversational", 2, 4)]
+    for x in rows:
+        assert x["answered"] == x["requests"] and x["errors"] == 0 and x["rejected_503"] == 0
+        assert 0 < x["first_audio_p50_s"] <= x["first_audio_p90_s"] <= x["first_audio_p99_s"] <= x["latency_p50_s"] * 10
+        assert x["audio_s"] > 0 and x["audio_s_per_s"] > 0
+    # a conversational client waits for its audio to play: its wall time holds every request's audio but the last
+    conv = rows[2]
+    assert conv["wall_s"] >= conv["audio_s"] - conv["audio_s"] / 2
+    assert "| tree | conversational | 2 | 4 |" in r.stdout

@@ -25,7 +25,12 @@
 #           with BASE, this tree and BASE alternated ROUNDS times as for bench
 #   server  tools/server_load.py: the first audio byte (TTFB_REPEATS, 10 runs), the first audio after the first
 #           sentence's end over the WebSocket with text at 30 tokens/s (WS_REPEATS, 10 runs), CLIENTS (1,8,32)
-#           clients of REQUESTS (4) requests; LOAD_ARGS adds its flags (e.g. --vary)
+#           clients of REQUESTS (4) requests; LOAD_ARGS adds its flags (e.g. --vary). With LOADS=closed,
+#           conversational (either or both) instead: the streaming loads (streamed one-sentence requests of 1 to 25
+#           words; closed loop, and clients that play their audio in real time) at CLIENTS (1,8,32,64) clients of
+#           REQUESTS (3) requests, first audio p50/p90/p99, audio s per s, errors and 503s; with BASE=DIR (an
+#           earlier tree, as for bench) BASE's server first, then this tree's, and one table of both. SERVER_ARGS
+#           adds flags to this tree's server only (e.g. "--first-audio-ms 300")
 #   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the LM step (F16, BF16 default shaders; F32 float32
 #           shaders) and the F32 parity with either shaders
 #   ray     on two GPUs (nvidia-h200-x2; carry .whl-ray from RAY=1 prepare_carry.sh): python -m omnivoice.batch
@@ -177,7 +182,38 @@ if part batch && fits 90 "batch"; then
   fi
 fi
 
-if part server && fits 100 "server"; then
+if part server && fits 100 "server" && [ "${LOADS:-whole}" != whole ]; then
+  # the streaming loads, BASE's server then this tree's, each with this tree's tools/server_load.py
+  trees=(); [ -n "${BASE:-}" ] && trees+=("$BASE:base"); trees+=(".:this")
+  n=${#trees[@]}
+  for entry in "${trees[@]}"; do
+    tree=${entry%:*}; label=${entry##*:}
+    [ "$label" = base ] && cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$tree/omnivoice/ggml/"
+    extra=(); [ "$label" = this ] && [ -n "${SERVER_ARGS:-}" ] && read -ra extra <<< "--server-args $SERVER_ARGS"
+    stamp "server_load $LOADS: $label tree ($tree) ${extra[*]}"
+    # the server subprocess is the tree's package: its folder first on the path, and the current directory
+    # shellcheck disable=SC2086  # LOAD_ARGS: several arguments
+    (cd "$tree" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout $(( ($(left) - 10) / n )) python3 \
+      "$OLDPWD/tools/server_load.py" --backend "$BACKEND" --model "$MODEL" --codec "$CODEC" --loads "$LOADS" \
+      --clients "${CLIENTS:-1,8,32,64}" --requests "${REQUESTS:-3}" --ttfb-repeats 0 --ws-repeats 0 --label "$label" \
+      ${LOAD_ARGS:-} --json "$R/stream-$label.json" --server-log "$R/server-$label.log" "${extra[@]}") 2>&1 |
+      tee "$R/stream-$label.md" | grep -vE "^\s*$"
+    n=$((n - 1))
+  done
+  python3 - "$R" <<'EOF2'
+import json, sys, pathlib
+sys.path.insert(0, "tools")
+from server_load import streaming_table
+R = pathlib.Path(sys.argv[1])
+rows = []
+for label in ("base", "this"):
+    f = R / f"stream-{label}.json"
+    if f.is_file():
+        table = streaming_table(json.loads(f.read_text())["streaming_loads"], label)
+        rows += table if not rows else table[2:]
+print("\n".join(rows))
+EOF2
+elif part server && fits 100 "server"; then
   stamp "server_load ${LOAD_ARGS:-}"
   # shellcheck disable=SC2086  # LOAD_ARGS: several arguments
   timeout $(( $(left) - 10 )) python3 tools/server_load.py --backend "$BACKEND" --model "$MODEL" --codec "$CODEC" \
