@@ -31,7 +31,8 @@
 #           REQUESTS (3) requests, first audio p50/p90/p99, audio s per s, errors and 503s; with BASE=DIR (an
 #           earlier tree, as for bench) BASE's server first, then this tree's, and one table of both. SERVER_ARGS
 #           adds flags to this tree's server only (e.g. "--first-audio-ms 300")
-#   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the LM step (F16, BF16 default shaders; F32 float32
+#   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the graph suites on Vulkan (VULKAN_TESTS, default
+#           tests/nn tests/ggml tests/models; empty: none), the LM step (F16, BF16 default shaders; F32 float32
 #           shaders) and the F32 parity with either shaders
 #   ray     on two GPUs (nvidia-h200-x2; carry .whl-ray from RAY=1 prepare_carry.sh): python -m omnivoice.batch
 #           --ray over a 64-request manifest in seven languages on one GPU actor, then two; scaling and tokens
@@ -236,6 +237,13 @@ if part vulkan && fits 200 "vulkan"; then
       -DCMAKE_CXX_FLAGS=-I$VK/include > "$R/build-vulkan.log" 2>&1 &&
     cmake --build build/vk --target ggml-vulkan >> "$R/build-vulkan.log" 2>&1 &&
     cp build/vk/lib/libggml-vulkan.so omnivoice/ggml/_lib/; } || { tail -30 "$R/build-vulkan.log"; exit 1; }
+  if [ -n "${VULKAN_TESTS-tests/nn tests/ggml tests/models}" ] && fits 150 "Vulkan tests"; then
+    stamp "tests on Vulkan (float32 shaders: the conftest's OMNIVOICE_EXACT_F32=1)"
+    # shellcheck disable=SC2086  # VULKAN_TESTS: several paths
+    OMNIVOICE_TEST_BACKEND=vulkan timeout $(( $(left) / 3 )) python3 -m pytest -q -p no:cacheprovider -rs \
+      ${VULKAN_TESTS-tests/nn tests/ggml tests/models} > "$R/tests-vulkan.log" 2>&1
+    tail -8 "$R/tests-vulkan.log"
+  fi
   convert f16 f32 || { tail -20 "$R/checkpoint.log"; exit 1; }
   stamp "Vulkan LM steps"
   OMNIVOICE_EXACT_F32=0 timeout $(( $(left) - 10 )) python3 tools/lm_step_time.py --gguf-dir "$W/gguf" \
