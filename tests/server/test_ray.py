@@ -106,6 +106,7 @@ def pcm_reference(rserver, ov):
     return decode(r.content, "pcm"), r.headers["x-omnivoice-tokens-sha256"]
 
 
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format(rserver, pcm_reference, fmt):
     reference, sha = pcm_reference
@@ -121,6 +122,7 @@ def test_every_format(rserver, pcm_reference, fmt):
         np.testing.assert_array_equal(audio, reference)
 
 
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
 def test_streams_come_a_sentence_at_a_time(rserver):
     body = {"model": "tts-1", "input": THREE, "voice": "ash", "response_format": "pcm", "seed": 9, "num_step": 2}
     with rserver.client() as c, c.stream("POST", "/v1/audio/speech", json={**body, "stream_format": "audio"}) as r:
@@ -137,6 +139,7 @@ def test_streams_come_a_sentence_at_a_time(rserver):
     assert events[-1]["usage"]["input_tokens"] > 0
 
 
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
 def test_the_websocket_speaks_text_in_pieces_as_the_whole_text(rserver):
     """WS /v1/audio/speech/stream through Serve's proxy: each sentence is a request of its own (on either
     replica); text split at every character gives the whole text's sentences and audio."""
@@ -152,6 +155,7 @@ def test_the_websocket_speaks_text_in_pieces_as_the_whole_text(rserver):
     assert audio_split == audio
 
 
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
 def test_auth_and_errors_are_the_plain_servers(rserver):
     r = httpx.post(f"{rserver.url}/v1/audio/speech", json={"input": "x"}, timeout=30)
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
@@ -172,6 +176,7 @@ def test_auth_and_errors_are_the_plain_servers(rserver):
         rserver.openai().models.retrieve("whisper-1")
 
 
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
 def test_an_uploaded_voice_serves_from_both_replicas(rserver, ov, ref_wav):
     """Uploaded once, used by eight requests at once: both replicas make some of them, with the tokens of the
     Python API cloning from the same clip."""
@@ -215,6 +220,7 @@ def _sixteen() -> list[dict]:
     return out
 
 
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
 def test_16_concurrent_requests_equal_their_solo_synthesis(rserver, ov, ref_wav):
     voice = ov.create_voice(str(ref_wav), REF_TEXT)
     bodies = _sixteen()
@@ -228,6 +234,7 @@ def test_16_concurrent_requests_equal_their_solo_synthesis(rserver, ov, ref_wav)
         assert r.headers["x-omnivoice-tokens-sha256"] == tokens_sha256(solo.tokens), f"request {i}"
 
 
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
 def test_metrics_label_each_replica_and_carry_serves(rserver):
     assert len(_replica_metric(rserver, "omnivoice_model_loaded")) == 2
     assert len(_replica_metric(rserver, "omnivoice_engine_steps_total")) == 2
@@ -237,6 +244,7 @@ def test_metrics_label_each_replica_and_carry_serves(rserver):
         time.sleep(1)
 
 
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
 def test_a_client_that_leaves_a_stream_stops_the_replicas_work(rserver):
     """40 sentences of 64 steps streamed; the client reads the first audio and hangs up: the replicas run far
     fewer than the 40 x 64 steps the whole request needs, and go idle."""
@@ -258,6 +266,7 @@ def test_a_client_that_leaves_a_stream_stops_the_replicas_work(rserver):
 
 
 # ----------------------------------------------------------------------------------------------- faults (last)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
 def test_a_replica_killed_under_load_fails_its_requests_cleanly_and_is_replaced(rserver):
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
     replicas = sorted(n[len(PREFIX):] for n in names if n.startswith(PREFIX))
