@@ -10,11 +10,15 @@
     GET    /health                   200 once the model is loaded, 503 before
     GET    /metrics                  Prometheus text format (metrics.py)
 
-A whole (non-streamed) response carries `X-OmniVoice-Tokens-SHA256`: the SHA-256 of the generated tokens,
-each chunk's int32 [8, T] array as little-endian C-order bytes, chunk after chunk; equal hashes mean equal
-tokens (how the tests compare the server with the Python API). Streamed responses (stream_format) send the
-audio as sentences finish: `audio` as chunked bytes of the response format, `sse` as `speech.audio.delta`
-events (base64 audio) and a closing `speech.audio.done`. A client that goes away cancels its request.
+Responses are streamed by default, as OpenAI's speech API does (`stream_format` absent is `audio`): the audio
+goes out as the engine makes it, piece by piece (text.streaming's pieces: sentences, the first kept short), in
+every response format (a streamed WAV's header says "unknown length" and an MP3 stream has no Info frame:
+audio.io.AudioEncoder); `audio` sends chunked bytes of the response format, `sse` `speech.audio.delta` events
+(base64 audio) and a closing `speech.audio.done`. `"stream_format": null` (in a form, an empty field) asks for
+one whole response, spoken as `OmniVoice.synthesize` speaks the text; it carries `X-OmniVoice-Tokens-SHA256`:
+the SHA-256 of the generated tokens, each chunk's int32 [8, T] array as little-endian C-order bytes, chunk after
+chunk; equal hashes mean equal tokens (how the tests compare the server with the Python API). A client that
+goes away cancels its request.
 """
 
 from __future__ import annotations
@@ -178,6 +182,8 @@ async def speech(request: Request):
 async def speech_clone(request: Request):
     fields, ref_audio = await _read_form(request, set(SpeechRequest.model_fields) - {"voice"} | {"transcript"})
     transcript = _transcript(fields)
+    if fields.get("stream_format") == "":  # a form cannot say null: an empty field asks for a whole response
+        fields["stream_format"] = None
     body = _validated(fields)
     return await _speak(request, body, synthesis_request(body, ref_audio=ref_audio, ref_text=transcript))
 

@@ -5,7 +5,8 @@ OpenAI's fields: model (any name; this server has one model), input, voice (a li
 a built-in name), instructions (voice design attributes, e.g. "female, low pitch, british accent"),
 response_format (mp3 | opus | aac | flac | wav | pcm, default mp3; `ogg`, Ogg/Vorbis, is an extension; checked by
 encoding.unavailable, whose 400 names the formats this server answers: aac is refused), speed (0.25 to 4.0),
-stream_format (audio | sse; absent: one whole response).
+stream_format (audio | sse; absent: audio, as OpenAI's API defaults it; null, or an empty form field: one whole
+response, with the X-OmniVoice-Tokens-SHA256 header that a stream cannot carry).
 Extensions: language, seed, num_step, duration, guidance_scale (omnivoice.options: their bounds and help).
 Unknown fields are refused (400 naming the field), as OpenAI's API does.
 """
@@ -42,7 +43,9 @@ class SpeechRequest(BaseModel):
     # the options' bounds are omnivoice.options'; the server narrows three, each for its reason:
     # speed: OpenAI's documented range for this field, 0.25 to 4.0, which its clients expect refused outside it
     speed: float = pydantic_field("speed", 1.0, low=0.25, high=4.0)
-    stream_format: Optional[Literal["audio", "sse"]] = None
+    # streamed by default, as OpenAI's API does (every response format this server answers can stream:
+    # encoding.py); an explicit null asks for one whole response
+    stream_format: Optional[Literal["audio", "sse"]] = "audio"
     # extensions (absent: the table's default)
     language: Optional[str] = None
     seed: Optional[int] = pydantic_field("seed")

@@ -34,7 +34,8 @@ def _say(server, body: dict) -> tuple[str, bytes]:
     r = server.openai().audio.speech.with_raw_response.create(
         model=body.pop("model"), input=body.pop("input"), voice=body.pop("voice", None),
         response_format=body.pop("response_format"), speed=body.pop("speed"),
-        **({"instructions": body.pop("instructions")} if "instructions" in body else {}), extra_body=body)
+        **({"instructions": body.pop("instructions")} if "instructions" in body else {}),
+        extra_body={**body, "stream_format": None})  # whole, with its tokens' hash
     return r.headers["x-omnivoice-tokens-sha256"], r.content
 
 

@@ -92,7 +92,8 @@ def _wait_replicas(server: Server, n: int, timeout: float = 180, exclude: frozen
 
 def _say(server: Server, body: dict) -> httpx.Response:
     with server.client() as c:
-        return c.post("/v1/audio/speech", json={"model": "tts-1", "response_format": "pcm", **body})
+        return c.post("/v1/audio/speech", json={"model": "tts-1", "response_format": "pcm", "stream_format": None,
+                                                **body})
 
 
 # ----------------------------------------------------------------------------------------------- the API
@@ -100,7 +101,8 @@ def _say(server: Server, body: dict) -> httpx.Response:
 def pcm_reference(rserver, ov):
     r = rserver.openai().audio.speech.with_raw_response.create(
         model="tts-1", input="Hello there.", voice="alloy", response_format="pcm", extra_body={"seed": 5,
-                                                                                                "num_step": 2})
+                                                                                                "num_step": 2,
+                                                                                                "stream_format": None})
     solo = ov.synthesize("Hello there.", instruct=BUILTIN_VOICES["alloy"], seed=5, num_step=2)
     assert r.headers["x-omnivoice-tokens-sha256"] == tokens_sha256(solo.tokens)
     return decode(r.content, "pcm"), r.headers["x-omnivoice-tokens-sha256"]
@@ -112,7 +114,8 @@ def test_every_format(rserver, pcm_reference, fmt):
     reference, sha = pcm_reference
     r = rserver.openai().audio.speech.with_raw_response.create(
         model="tts-1", input="Hello there.", voice="alloy", response_format=fmt, extra_body={"seed": 5,
-                                                                                              "num_step": 2})
+                                                                                              "num_step": 2,
+                                                                                              "stream_format": None})
     assert r.headers["x-omnivoice-tokens-sha256"] == sha
     if fmt != "pcm":
         assert container(r.content) == CONTAINER[fmt]

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from omnivoice.audio.io import encode_samples
 from omnivoice.server.routes import tokens_sha256
 from omnivoice.server.voices import BUILTIN_VOICES
 
@@ -21,7 +22,7 @@ TWO = "Hi there. Bye now."
 
 def _speech(server, fmt="pcm", **kw):
     """One whole response by the openai client -> (body, headers)."""
-    extra = {**FAST, **kw.pop("extra", {})}
+    extra = {**FAST, "stream_format": None, **kw.pop("extra", {})}  # null: whole (the default streams)
     r = server.openai().audio.speech.with_raw_response.create(
         model="tts-1", input=kw.pop("input", "Hello there."), voice=kw.pop("voice", "alloy"),
         response_format=fmt, extra_body=extra, **kw)
@@ -97,6 +98,27 @@ def three_sentences(server):
 
 def test_stream_sends_each_sentence_as_it_finishes(three_sentences):
     assert len(three_sentences) >= 3  # HTTP chunks may be split on the way, never merged
+
+
+def test_a_request_without_stream_format_is_streamed(server, three_sentences, ov):
+    """As OpenAI's API does: no stream_format is `audio`. httpx sees the chunked body a piece per sentence, the
+    openai client reads the same bytes, and they are OmniVoice.stream's audio; null asks for a whole answer."""
+    body = {"model": "tts-1", "input": THREE, "voice": "ash", "response_format": "pcm", "seed": 9, **FAST}
+    with server.client() as c, c.stream("POST", "/v1/audio/speech", json=body) as r:
+        assert r.status_code == 200 and r.headers.get("transfer-encoding") == "chunked"
+        assert "content-length" not in r.headers and "x-omnivoice-tokens-sha256" not in r.headers
+        pieces = [p for p in r.iter_raw() if p]
+    assert len(pieces) >= 3 and b"".join(pieces) == b"".join(three_sentences)
+    with server.openai().audio.speech.with_streaming_response.create(
+            model="tts-1", input=THREE, voice="ash", response_format="pcm", extra_body={**FAST, "seed": 9}) as r:
+        assert r.headers.get("transfer-encoding") == "chunked"
+        assert b"".join(r.iter_bytes()) == b"".join(three_sentences)
+    streamed = ov.stream(THREE, instruct=BUILTIN_VOICES["ash"], seed=9, **FAST)
+    assert b"".join(pieces) == b"".join(encode_samples(a, "wav16") for a in streamed)
+    with server.client() as c:
+        whole = c.post("/v1/audio/speech", json={**body, "stream_format": None})
+    assert whole.status_code == 200 and "x-omnivoice-tokens-sha256" in whole.headers
+    assert int(whole.headers["content-length"]) == len(whole.content)
 
 
 def test_sse_events_parse(server, three_sentences):
