@@ -32,6 +32,7 @@ offline batch (engine.offline), `ov.engine()` and the server on a background thr
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import time
 from collections import deque
@@ -50,6 +51,7 @@ from ..pipeline import CancelCallback, Cancelled, ProgressCallback, SynthesisRes
 from ..settings import Settings
 from .memory import Limits, resolve_limits
 from .request import SynthesisRequest
+from .schedule import FIRST_AUDIO_S, select, select_arrival, unit_deadline
 from .voices import VoiceCache
 
 log = logging.getLogger("omnivoice")
@@ -99,7 +101,13 @@ class Task:
         self.cancelled = False
         self.cancel_error: Optional[BaseException] = None  # what the cancel callback raised
         self.t_added = time.perf_counter()
-        self.t_started: Optional[float] = None
+        self.t_started: Optional[float] = None    # first admitted (a task parked since keeps it)
+        # the schedule (engine.schedule): arrival order, the current unit's deadline and packed positions, and
+        # what the deadlines of later units count from
+        self.seq = 0
+        self.deadline = float("inf")
+        self.audio_before = 0.0                    # seconds of audio of the units done
+        self.t_first_done: Optional[float] = None  # when unit 0's tokens were done
         self.t_generated: Optional[float] = None  # the last chunk's tokens done
 
     @property
@@ -168,11 +176,24 @@ class BatchEngine:
     depend on it (each request has its own state and generator)."""
 
     def __init__(self, ov, max_batch: int | str = "auto", max_positions: Optional[int] = None,
-                 pipeline: Optional[bool] = None) -> None:
+                 pipeline: Optional[bool] = None, deadlines: bool = False, first_audio: float = FIRST_AUDIO_S,
+                 max_step_positions: Optional[int] = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        if not first_audio >= 0:
+            raise ValueError(f"first_audio must be >= 0 seconds, got {first_audio!r}")
+        if max_step_positions is not None and (isinstance(max_step_positions, bool) or
+                                               not isinstance(max_step_positions, (int, np.integer)) or
+                                               max_step_positions < 1):
+            raise ValueError(f"max_step_positions must be a positive integer or None, got {max_step_positions!r}")
         self.ov = ov
         self.pipeline, self.lm, self.codec = ov.pipeline, ov.lm, ov.codec
         self.limits: Limits = resolve_limits(ov, max_batch, max_positions)
-        self.pending: deque[Task] = deque()
+        # the schedule (engine.schedule): by deadlines (a server's engine) or by arrival (offline batches, a
+        # request alone); a new stream's first-audio deadline (seconds), the step cap (packed positions a step
+        # may hold; None: the memory budget's), and the clock of the deadlines (Task.t_added's: perf_counter)
+        self.deadlines = bool(deadlines)
+        self.first_audio, self.max_step_positions, self.clock = float(first_audio), max_step_positions, clock
+        self._seq = 0
+        self.pending: deque[Task] = deque()  # waiting to start, and parked (started, then put back by the schedule)
         self.active: list[Task] = []
         self.voices = VoiceCache(ov)
         if pipeline is None:
@@ -205,8 +226,23 @@ class BatchEngine:
 
     # ------------------------------------------------------------------------------------------ queue
     def add(self, task: Task) -> None:
-        """Queue a task; it starts when a slot and room in the packed sequence are free."""
+        """Queue a task; it starts when the schedule (engine.schedule) gives it a place: a slot and room in the
+        packed sequence, by the deadline of its first unit."""
+        task.seq, self._seq = self._seq, self._seq + 1
+        if task.state is None and task.unit == 0:  # until it is planned: its first unit's deadline, as a stream's
+            task.deadline = task.t_added + self.first_audio
         self.pending.append(task)
+
+    @property
+    def waiting(self) -> list[Task]:
+        """The pending tasks that never started (not those the schedule parked)."""
+        return [t for t in self.pending if t.t_started is None]
+
+    @property
+    def step_positions(self) -> Optional[int]:
+        """The packed positions a step may hold: the step cap, within the memory budget (None: no bound)."""
+        caps = [c for c in (self.limits.max_positions, self.max_step_positions) if c is not None]
+        return min(caps) if caps else None
 
     @property
     def busy(self) -> bool:
@@ -269,43 +305,75 @@ class BatchEngine:
         return t.cancelled
 
     def _admit(self) -> None:
+        """Give the next steps to the tasks whose units are due first (engine.schedule.select): start waiting
+        tasks, and park running ones that lost their place (their state kept, back in `pending`)."""
         lim = self.limits
-        free = lim.max_requests - len(self.active)
-        if free <= 0 or not self.pending:
-            return
-        # Clone references of the tasks about to start are encoded together.
-        window = [t for t in list(self.pending)[:free] if t.needs_voice]
-        if window:
-            # The lock only around the device's part: taking it waits for a pipelined graph run to end.
-            with self._model_lock:
-                outcomes = self.voices.get_many([t.request for t in window])
-        for t, outcome in zip(window, outcomes if window else []):
+        if not self.pending or (not self.deadlines and len(self.active) >= lim.max_requests):
+            return  # (in arrival order what runs keeps running)
+        # the candidates: as many pending tasks as a step may hold, in deadline order (arrival order offline). A
+        # task not planned yet has a provisional deadline that its plan only moves later (its arrival + the first-
+        # audio deadline), so it is planned when it comes out first, then put back in its place. Clone references
+        # of the tasks about to start are encoded together.
+        key = (lambda t: (t.deadline, t.seq)) if self.deadlines else (lambda t: (0.0, t.seq))
+        heap = [(key(t), t.seq, t) for t in self.pending]
+        heapq.heapify(heap)
+        candidates: list[Task] = []
+        while heap and len(candidates) < lim.max_requests:
+            _, _, t = heapq.heappop(heap)
+            if t.finished:
+                continue
+            if t.state is None:
+                if t.needs_voice:
+                    self._encode_voices([t] + [u for _, _, u in heapq.nsmallest(lim.max_requests, heap)
+                                               if u.needs_voice and u.state is None])
+                    if t.finished:
+                        continue
+                try:
+                    self._start_unit(t)  # planned: its positions and its unit's deadline known
+                except Exception as e:  # a plan or prompt that cannot be built fails its own request only
+                    self.pending.remove(t)
+                    self._fail(t, e)
+                    continue
+                heapq.heappush(heap, (key(t), t.seq, t))
+                continue
+            candidates.append(t)
+        chosen = self._select(candidates)
+        if any(t not in chosen for t in self.active) and any(g.inflight for g in self._groups):
+            # a task to park may have a graph run in flight: collect every run first (its step applied), so that
+            # a parked task holds a complete state; then choose again, as units may have ended meanwhile
+            for g in self._groups:
+                if g.inflight is not None:
+                    self._collect(g)
+            chosen = self._select([t for t in candidates if not t.finished and t in self.pending])
+        ids = {id(t) for t in chosen}
+        for t in [t for t in self.active if id(t) not in ids]:
+            self.active.remove(t)
+            self._member.pop(id(t), None)
+            self.pending.append(t)
+        admitted = [t for t in chosen if t not in self.active]
+        now = time.perf_counter()
+        for t in admitted:
+            self.pending.remove(t)
+            if t.t_started is None:
+                t.t_started = now
+            self.active.append(t)
+        self._assign(admitted)
+
+    def _encode_voices(self, tasks: list[Task]) -> None:
+        """The clone references of `tasks`, encoded together; a task whose reference fails fails."""
+        # The lock only around the device's part: taking it waits for a pipelined graph run to end.
+        with self._model_lock:
+            outcomes = self.voices.get_many([t.request for t in tasks])
+        for t, outcome in zip(tasks, outcomes):
             if isinstance(outcome, BaseException):
                 self.pending.remove(t)
                 self._fail(t, outcome)
             else:
                 t.voice = outcome
-        used = sum(t.positions for t in self.active)
-        admitted = []
-        while self.pending and len(self.active) < lim.max_requests:
-            t = self.pending[0]
-            if t.needs_voice:
-                break  # beyond this round's encode window: next round
-            if t.state is None:
-                try:
-                    self._start_unit(t)
-                except Exception as e:  # a plan or prompt that cannot be built fails its own request only
-                    self.pending.popleft()
-                    self._fail(t, e)
-                    continue
-            if lim.max_positions is not None and self.active and used + t.positions > lim.max_positions:
-                break
-            self.pending.popleft()
-            t.t_started = time.perf_counter()
-            self.active.append(t)
-            admitted.append(t)
-            used += t.positions
-        self._assign(admitted)
+
+    def _select(self, candidates: list[Task]) -> list[Task]:
+        how = select if self.deadlines else select_arrival
+        return how(self.active, candidates, self.limits.max_requests, self.step_positions)
 
     def _assign(self, tasks: list[Task]) -> None:
         """Put newly admitted tasks into groups: all into group 0 while few run, else each into the group with
@@ -335,6 +403,8 @@ class BatchEngine:
         cfg = self.lm.cfg
         t.state = MaskGitState(chunk.n_target, t.settings.sampler, t.rng, cfg.n_codebook, cfg.audio_mask_id)
         t.positions = int(t.lm_prompt.input_ids.shape[1]) + int(chunk.n_target)
+        t.deadline = unit_deadline(t.stream, t.unit, t.t_added, t.t_first_done, t.audio_before,
+                                   int(chunk.n_target) / p.frame_rate, self.first_audio)
         t.serial += 1
 
     def _launch(self, i: int, g: _Group) -> None:
@@ -514,6 +584,9 @@ class BatchEngine:
         tokens, t.state = t.state.tokens, None
         t.tokens.append(tokens)
         t.unit += 1
+        t.audio_before += tokens.shape[1] / self.pipeline.frame_rate
+        if t.unit == 1:
+            t.t_first_done = self.clock()
         # steps a short chunk skips (nothing to unmask) still count toward the total
         if t.steps_done != t.unit * t.settings.sampler.num_step:
             t.steps_done = t.unit * t.settings.sampler.num_step

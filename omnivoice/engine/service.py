@@ -9,8 +9,11 @@
 
 The thread runs a BatchEngine. An idle engine starts at once with the requests that have arrived; later ones
 join the running batch at the next step where the graph is rebuilt anyway (a chunk finished) or once they have
-waited `max_wait_ms`, so a busy engine does not rebuild its graph for every arrival. A
-finished or cancelled request frees its slot at once. `submit` raises ValueError for an invalid request
+waited `max_wait_ms`, so a busy engine does not rebuild its graph for every arrival. Which requests share the
+steps follows their deadlines (engine.schedule: a new stream's first piece is due `first_audio_ms` after its
+arrival, later pieces when the audio before them has played, whole answers as a real-time stream of them
+would play), within `max_batch` requests and `max_step_positions` packed positions a step. A finished or
+cancelled request frees its slot at once. `submit` raises ValueError for an invalid request
 (before queueing it) and EngineFull when `max_queue` requests are already waiting.
 
 Streaming (`stream=True`) cuts the text by the streaming rule (text.streaming: sentences, the first kept short
@@ -35,6 +38,7 @@ from ..pipeline import Cancelled, SynthesisResult
 from ..text.streaming import stream_sentences
 from . import offline
 from .core import BatchEngine, Task
+from .schedule import FIRST_AUDIO_S
 from .request import SynthesisRequest, as_request
 
 log = logging.getLogger("omnivoice")
@@ -116,7 +120,8 @@ class Engine:
     that the first client does not pay the process's one-time GPU costs."""
 
     def __init__(self, ov, max_batch: int | str = "auto", max_wait_ms: float = 20.0, max_queue: int = 256,
-                 warm_up: Optional[bool] = None) -> None:
+                 warm_up: Optional[bool] = None, first_audio_ms: float = FIRST_AUDIO_S * 1000,
+                 max_step_positions: Optional[int] = None) -> None:
         if not max_wait_ms >= 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms!r}")
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
@@ -124,7 +129,10 @@ class Engine:
         self.ov = ov
         self.max_wait = max_wait_ms / 1000.0
         self.max_queue = max_queue
-        self._core = BatchEngine(ov, max_batch=max_batch)
+        if not first_audio_ms >= 0:
+            raise ValueError(f"first_audio_ms must be >= 0, got {first_audio_ms!r}")
+        self._core = BatchEngine(ov, max_batch=max_batch, deadlines=True, first_audio=first_audio_ms / 1000.0,
+                                 max_step_positions=max_step_positions)
         if ov.runtime.is_gpu if warm_up is None else warm_up:
             offline.warm_up(ov, self._core)
         self._cv = threading.Condition()
@@ -152,7 +160,7 @@ class Engine:
         with self._cv:
             if self._closed:
                 raise RuntimeError("the engine is closed")
-            waiting = len(self._inbox) + len(self._core.pending)
+            waiting = len(self._inbox) + len(self._core.waiting)
             if waiting >= self.max_queue:
                 raise EngineFull(self._retry_after(waiting), waiting)
             self._inbox.append(job)
@@ -172,8 +180,8 @@ class Engine:
 
     @property
     def queue_depth(self) -> int:
-        """Requests waiting to start."""
-        return len(self._inbox) + len(self._core.pending)
+        """Requests waiting to start (not those the schedule parked after they started)."""
+        return len(self._inbox) + len(self._core.waiting)
 
     @property
     def active(self) -> int:
@@ -252,7 +260,9 @@ class Engine:
             return False
         if not core.active or core.composition_changed:
             return True  # nothing running, or the graph is rebuilt anyway
-        return time.perf_counter() - core.pending[0].t_added >= self.max_wait
+        # a parked task comes back when a unit ends (the composition changes); a new one within max_wait
+        waiting = core.waiting
+        return bool(waiting) and time.perf_counter() - min(t.t_added for t in waiting) >= self.max_wait
 
     def _deliver(self, finished: list[Task]) -> None:
         for t in finished:

@@ -95,10 +95,19 @@ def add_engine_arguments(g) -> None:
                    help="how long a request that arrives while others run may wait to join their batch "
                         "(default 10; an idle engine starts at once)")
     g.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503 (default 64)")
+    g.add_argument("--first-audio-ms", type=float, default=300.0,
+                   help="the schedule's first-audio deadline: a new stream's first piece is due this many ms after "
+                        "its arrival, and requests share the steps by deadline (omnivoice.engine.schedule; default "
+                        "300)")
+    g.add_argument("--max-step-positions", type=int,
+                   help="the step cap: packed LM positions one step may hold (a request larger than it runs alone), "
+                        "so that a waiting first piece is never stuck behind one huge step (default: the memory "
+                        "budget of --max-batch auto, on a GPU at most one graph's)")
 
 
 def check_engine_arguments(args) -> None:
-    """ValueError for a bad --max-batch, --max-queue, --max-wait-ms or --voices; --max-batch parsed."""
+    """ValueError for a bad --max-batch, --max-queue, --max-wait-ms, --first-audio-ms, --max-step-positions or
+    --voices; --max-batch parsed."""
     if args.max_batch != "auto":
         try:
             args.max_batch = int(args.max_batch)
@@ -110,6 +119,10 @@ def check_engine_arguments(args) -> None:
             raise ValueError(f"{name} must be positive, got {value}")
     if args.max_wait_ms < 0:
         raise ValueError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
+    if not args.first_audio_ms >= 0:
+        raise ValueError(f"--first-audio-ms must be >= 0, got {args.first_audio_ms}")
+    if args.max_step_positions is not None and args.max_step_positions < 1:
+        raise ValueError(f"--max-step-positions must be positive, got {args.max_step_positions}")
     if args.voices.exists() and not args.voices.is_dir():
         raise ValueError(f"--voices {args.voices}: not a folder")
 
@@ -128,6 +141,7 @@ def config_from_args(args):
                         cpu_products=args.cpu_products, threads=args.threads, voices=args.voices,
                         api_key=args.api_key, max_batch=args.max_batch,
                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
+                        first_audio_ms=args.first_audio_ms, max_step_positions=args.max_step_positions,
                         max_upload_bytes=int(args.max_upload_mb * 2**20), max_input_chars=args.max_input_chars,
                         ws_idle_timeout=args.ws_idle_timeout, max_duration=args.max_duration)
 

@@ -1,8 +1,9 @@
 """The server's one door to the model: the batched engine (omnivoice.engine) behind a small facade.
 
 Requests go into `OmniVoice.engine()`: an idle engine starts at once, a request that arrives while it runs
-joins the running batch within `max_wait_ms` (sooner when the graph is rebuilt anyway), and each finishes (and
-frees its slot) on its own. Voice
+joins the running batch within `max_wait_ms` (sooner when the graph is rebuilt anyway), requests share the steps
+by deadline (`first_audio_ms`, `max_step_positions`: omnivoice.engine.schedule), and each finishes (and frees its
+slot) on its own. Voice
 encoding goes through OmniVoice, whose lock puts it between two engine steps. Nothing else in
 omnivoice/server/ imports the model.
 """
@@ -26,13 +27,14 @@ class SpeechBackend:
     replicas."""
 
     def __init__(self, ov, max_batch: Union[str, int] = "auto", max_wait_ms: float = 10.0,
-                 max_queue: int = 64) -> None:
+                 max_queue: int = 64, first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None) -> None:
         self.ov = ov
         self.sample_rate = int(ov.sample_rate)
         self.frame_rate = float(ov.pipeline.frame_rate)  # codec frames (audio tokens) per second
         self.model_name = ov.model_path.name
         self.device = ov.runtime.label
-        self.engine = ov.engine(max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue)
+        self.engine = ov.engine(max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
+                                first_audio_ms=first_audio_ms, max_step_positions=max_step_positions)
 
     def submit(self, request: SynthesisRequest, stream: bool = False) -> Job:
         """Queue a request; ValueError for a bad one at once, EngineFull (retry_after) when the queue is full."""
@@ -79,13 +81,14 @@ class SpeechBackend:
 
 def load_backend(model: Optional[str], codec: Optional[str] = None, backend: str = "auto",
                  quant: str = "auto", threads: Optional[int] = None, max_batch: Union[str, int] = "auto",
-                 max_wait_ms: float = 10.0, max_queue: int = 64, cpu_products: Optional[str] = None) -> SpeechBackend:
+                 max_wait_ms: float = 10.0, max_queue: int = 64, cpu_products: Optional[str] = None,
+                 first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None) -> SpeechBackend:
     """Load the model (slow: call it off the event loop) and start the engine."""
     from ..api import OmniVoice
 
     ov = OmniVoice(model, codec, backend=backend, n_threads=threads, quant=quant, cpu_products=cpu_products)
     try:
-        return SpeechBackend(ov, max_batch, max_wait_ms, max_queue)
+        return SpeechBackend(ov, max_batch, max_wait_ms, max_queue, first_audio_ms, max_step_positions)
     except BaseException:
         ov.close()
         raise

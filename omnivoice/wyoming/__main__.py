@@ -83,7 +83,8 @@ def serve(args) -> int:
         raise ValueError(f"--voice / --language: {e}") from None
     service.backend = load_backend(args.model, args.codec, backend=args.backend, quant=args.quant,
                                    threads=args.threads, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                                   max_queue=args.max_queue, cpu_products=args.cpu_products)
+                                   max_queue=args.max_queue, cpu_products=args.cpu_products,
+                                   first_audio_ms=args.first_audio_ms, max_step_positions=args.max_step_positions)
     try:
         logging.getLogger("omnivoice.wyoming").info("model %s loaded on %s; listening on %s",
                                                     service.backend.model_name, service.backend.device, args.uri)

@@ -81,3 +81,11 @@ def test_a_port_in_use_is_one_error_naming_it(tiny_gguf, tmp_path):
     assert r.returncode == 1, r.stderr  # not the input's fault, and not uvicorn's own status 3 ("out of memory")
     lines = r.stderr.splitlines()
     assert lines == [f"error: cannot listen on 127.0.0.1:{port}: Address already in use (--host, --port)"], lines
+
+
+@pytest.mark.parametrize("flag, value", [("--first-audio-ms", "-5"), ("--max-step-positions", "0")])
+def test_a_bad_schedule_knob_is_one_error(tiny_gguf, tmp_path, flag, value):
+    r = _server("--model", str(tiny_gguf["f32"]), "--codec", str(tiny_gguf["codec"]), "--port", "0",
+                "--voices", str(tmp_path / "v"), flag, value)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"error: {flag} must be") and value in r.stderr, r.stderr
