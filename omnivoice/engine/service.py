@@ -145,12 +145,14 @@ class Engine:
         self._thread.start()
 
     # ------------------------------------------------------------------------------------------ clients
-    def submit(self, request: Union[SynthesisRequest, Mapping[str, Any]], stream: bool = False) -> Job:
+    def submit(self, request: Union[SynthesisRequest, Mapping[str, Any]], stream: bool = False,
+               short_first: bool = True) -> Job:
         """Queue a request (a SynthesisRequest or a dict of its fields). Raises ValueError for an invalid one,
-        EngineFull when the queue is full, RuntimeError after close()."""
+        EngineFull when the queue is full, RuntimeError after close(). A stream's long first sentence is cut at
+        a clause for an earlier first audio unless `short_first` is False (text.streaming.stream_sentences)."""
         req = as_request(request)
         settings = req.settings()
-        sentences = stream_sentences(req.text) if stream else None
+        sentences = stream_sentences(req.text, short_first) if stream else None
         if sentences and req.instruct:
             # a stream words a voice-design instruct (English or Chinese) by its first sentence, as OmniVoice.stream
             settings = req.settings(wording=sentences[0])

@@ -142,6 +142,7 @@ def config_from_args(args):
                         api_key=args.api_key, max_batch=args.max_batch,
                         max_wait_ms=args.max_wait_ms, max_queue=args.max_queue,
                         first_audio_ms=args.first_audio_ms, max_step_positions=args.max_step_positions,
+                        short_first_piece=args.short_first_piece,
                         max_upload_bytes=int(args.max_upload_mb * 2**20), max_input_chars=args.max_input_chars,
                         ws_idle_timeout=args.ws_idle_timeout, max_duration=args.max_duration)
 
@@ -251,6 +252,10 @@ def serve_ray(args) -> int:
 
 
 def add_log_level(g) -> None:
+    g.add_argument("--short-first-piece", action="store_true",
+                   help="cut a streamed answer's long first sentence (over 80 characters) at a clause, so its first "
+                        "audio comes sooner; it changes that sentence's tokens (off: a one-sentence answer speaks as "
+                        "the Python API's synthesize)")
     g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
 
 

@@ -47,6 +47,7 @@ class ServerConfig:
     max_queue: int = 64
     first_audio_ms: float = 300.0               # the schedule's first-audio deadline (engine.schedule)
     max_step_positions: Optional[int] = None    # the step cap (None: the memory budget's)
+    short_first_piece: bool = False             # a streamed answer's long first sentence cut at a clause
     max_upload_bytes: int = 20 * 2**20
     max_input_chars: int = 4096
     max_duration: float = 600.0  # seconds of audio one request may ask for (its `duration`)
@@ -81,7 +82,8 @@ def default_loader(config: ServerConfig):
     return load_backend(config.model, config.codec, backend=config.backend, quant=config.quant,
                         threads=config.threads, max_batch=config.max_batch, max_wait_ms=config.max_wait_ms,
                         max_queue=config.max_queue, cpu_products=config.cpu_products,
-                        first_audio_ms=config.first_audio_ms, max_step_positions=config.max_step_positions)
+                        first_audio_ms=config.first_audio_ms, max_step_positions=config.max_step_positions,
+                        short_first_piece=config.short_first_piece)
 
 
 def create_app(config: ServerConfig, loader: Optional[Callable] = None,

@@ -27,18 +27,21 @@ class SpeechBackend:
     replicas."""
 
     def __init__(self, ov, max_batch: Union[str, int] = "auto", max_wait_ms: float = 10.0,
-                 max_queue: int = 64, first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None) -> None:
+                 max_queue: int = 64, first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None,
+                 short_first_piece: bool = False) -> None:
         self.ov = ov
         self.sample_rate = int(ov.sample_rate)
         self.frame_rate = float(ov.pipeline.frame_rate)  # codec frames (audio tokens) per second
         self.model_name = ov.model_path.name
         self.device = ov.runtime.label
+        # a streamed answer's long first sentence stays whole unless asked (a clause cut changes its tokens)
+        self.short_first_piece = short_first_piece
         self.engine = ov.engine(max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
                                 first_audio_ms=first_audio_ms, max_step_positions=max_step_positions)
 
     def submit(self, request: SynthesisRequest, stream: bool = False) -> Job:
         """Queue a request; ValueError for a bad one at once, EngineFull (retry_after) when the queue is full."""
-        return self.engine.submit(request, stream)
+        return self.engine.submit(request, stream, short_first=self.short_first_piece)
 
     async def start(self, request: SynthesisRequest, stream: bool = False) -> Job:
         """`submit`, as the routes call it (a backend whose engine is remote awaits its acceptance)."""
@@ -82,13 +85,15 @@ class SpeechBackend:
 def load_backend(model: Optional[str], codec: Optional[str] = None, backend: str = "auto",
                  quant: str = "auto", threads: Optional[int] = None, max_batch: Union[str, int] = "auto",
                  max_wait_ms: float = 10.0, max_queue: int = 64, cpu_products: Optional[str] = None,
-                 first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None) -> SpeechBackend:
+                 first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None,
+                 short_first_piece: bool = False) -> SpeechBackend:
     """Load the model (slow: call it off the event loop) and start the engine."""
     from ..api import OmniVoice
 
     ov = OmniVoice(model, codec, backend=backend, n_threads=threads, quant=quant, cpu_products=cpu_products)
     try:
-        return SpeechBackend(ov, max_batch, max_wait_ms, max_queue, first_audio_ms, max_step_positions)
+        return SpeechBackend(ov, max_batch, max_wait_ms, max_queue, first_audio_ms, max_step_positions,
+                             short_first_piece)
     except BaseException:
         ov.close()
         raise

@@ -11,7 +11,8 @@
     GET    /metrics                  Prometheus text format (metrics.py)
 
 Responses are streamed by default, as OpenAI's speech API does (`stream_format` absent is `audio`): the audio
-goes out as the engine makes it, piece by piece (text.streaming's pieces: sentences, the first kept short), in
+goes out as the engine makes it, sentence by sentence (a long first sentence cut at a clause with
+--short-first-piece, which changes its tokens), in
 every response format (a streamed WAV's header says "unknown length" and an MP3 stream has no Info frame:
 audio.io.AudioEncoder); `audio` sends chunked bytes of the response format, `sse` `speech.audio.delta` events
 (base64 audio) and a closing `speech.audio.done`. `"stream_format": null` (in a form, an empty field) asks for

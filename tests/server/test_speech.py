@@ -121,6 +121,18 @@ def test_a_request_without_stream_format_is_streamed(server, three_sentences, ov
     assert int(whole.headers["content-length"]) == len(whole.content)
 
 
+def test_a_long_sentence_streamed_by_default_speaks_as_the_whole_answer(server):
+    """The server does not cut a long first sentence at a clause unless --short-first-piece asks (the cut changes
+    its tokens): one long sentence streamed is the whole answer's audio, byte for byte."""
+    text = "When the long first sentence goes on, and on, past several clauses, with commas between them, it ends."
+    body = {"model": "tts-1", "input": text, "voice": "ash", "response_format": "pcm", "seed": 9, **FAST}
+    with server.client() as c:
+        streamed = c.post("/v1/audio/speech", json=body)
+        whole = c.post("/v1/audio/speech", json={**body, "stream_format": None})
+    assert streamed.headers.get("transfer-encoding") == "chunked" and "content-length" in whole.headers
+    assert streamed.content == whole.content
+
+
 def test_sse_events_parse(server, three_sentences):
     pieces, content_type = _stream(server, "pcm", stream_format="sse", text=THREE)
     assert content_type.startswith("text/event-stream")

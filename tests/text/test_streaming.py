@@ -20,6 +20,11 @@ def test_a_long_first_sentence_is_cut_at_a_clause():
     assert parts[-2:] == ["Then the rest.", "And more!"]
 
 
+def test_without_short_first_the_first_sentence_stays_whole():
+    assert stream_sentences(LONG_FIRST, short_first=False) == [LONG_FIRST[:LONG_FIRST.index(" Then")],
+                                                               "Then the rest.", "And more!"]
+
+
 def test_short_and_unbroken_first_sentences_stay_whole():
     assert stream_sentences("Short one. Another.") == ["Short one.", "Another."]
     unbroken = "A" * 100 + "."
