@@ -123,6 +123,7 @@ START = {"type": "start", **FAST}
 
 @pytest.mark.parametrize("messages, close, code", [
     (["{not json"], 4400, "invalid_json"),
+    (['{"type": "start", "voice": ' + "[" * 5000 + "]" * 5000 + "}"], 4400, "invalid_json"),  # a 500 before
     ([b"\x00\x01"], 4400, "invalid_message"),
     ([{"type": "speak"}], 4400, "invalid_message"),
     ([["start"]], 4400, "invalid_message"),
