@@ -169,7 +169,7 @@ def test_a_shutdown_with_a_whole_request_in_flight_logs_no_unretrieved_future(ti
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(httpx.post, f"{srv.url}/v1/audio/speech", timeout=300, json={
                 "input": "A sentence that keeps the engine busy for a good while. " * 30, "num_step": 256,
-                "response_format": "pcm"})
+                "response_format": "pcm", "stream_format": None})  # null: one whole answer
             deadline = time.monotonic() + 120
             while srv.metric("omnivoice_active_requests") != 1:
                 assert time.monotonic() < deadline and not pending.done(), "the request never started"
