@@ -1,5 +1,6 @@
 """A second server with tight limits (one request at a time, one waiting) and no API key: a full queue answers
-503 with Retry-After; bodies over the upload limit answer 413; without a key nothing asks for one."""
+503 with Retry-After; a long request does not hold a short one behind it; bodies over the upload limit answer
+413; without a key nothing asks for one."""
 
 from __future__ import annotations
 
@@ -36,14 +37,41 @@ def test_a_full_queue_answers_503_with_retry_after(small):
         assert running.status_code == 200
         _until(small, "omnivoice_active_requests", 1)
         with ThreadPoolExecutor(1) as pool:
+            # due after every piece of the running stream (a whole answer of 120 s is due as a real-time stream
+            # of it would end), so the schedule does not put it before the stream: it waits in the queue
             waiting = pool.submit(c.post, "/v1/audio/speech", json={"input": "Waiting.", "response_format": "pcm",
-                                                                   "num_step": 1})
+                                                                   "num_step": 1, "duration": 120,
+                                                                   "stream_format": None})
             _until(small, "omnivoice_queue_depth", 1)
             r = c.post("/v1/audio/speech", json={"input": "Refused.", "response_format": "pcm"})
             assert r.status_code == 503 and int(r.headers["retry-after"]) >= 1
             assert r.json()["error"]["code"] == "queue_full" and r.json()["error"]["type"] == "server_error"
             running.close()  # hang up: the long stream is cancelled and the waiting request runs
             assert waiting.result().status_code == 200
+
+
+def test_a_long_request_does_not_hold_the_others(small):
+    """One slot. A request for two minutes of audio is generated; a short request sent meanwhile is answered while
+    the long one is still being generated (not after it): the schedule parks the long one, whose deadline is
+    later, and resumes it."""
+    import threading
+
+    done = []
+
+    def say(body: dict) -> None:
+        with httpx.Client(base_url=small.url, timeout=300) as c:
+            r = c.post("/v1/audio/speech", json={"response_format": "pcm", "stream_format": None, **body})
+            assert r.status_code == 200 and len(r.content) > 0, r.text
+        done.append(body["input"])
+
+    long = threading.Thread(target=say, args=({"input": "Hallo.", "duration": 120, "num_step": 32},))
+    long.start()
+    _until(small, "omnivoice_active_requests", 1)
+    say({"input": "Quick.", "num_step": 2})
+    assert done == ["Quick."]
+    _until(small, "omnivoice_active_requests", 1)  # the long one generates again (else it was done already)
+    long.join()
+    assert done == ["Quick.", "Hallo."]
 
 
 def test_bodies_over_the_limit_are_413(small, ref_wav):
