@@ -473,7 +473,7 @@ async def run(args) -> dict:
                             "min_s": min((r["first_audio_s"] for r in ttfb), default=None)},
             "ws_first_audio": ws_summary(ws),
             "concurrency": rows, "streaming_loads": streams, "text_seed": args.text_seed,
-            "label": args.label}
+            "label": args.label, "server_args": args.server_args}
 
 
 def ws_summary(runs: list[dict]) -> dict | None:

@@ -186,6 +186,7 @@ fi
 if part server && fits 100 "server" && [ "${LOADS:-whole}" != whole ]; then
   # the streaming loads, BASE's server then this tree's, each with this tree's tools/server_load.py
   trees=(); [ -n "${BASE:-}" ] && trees+=("$BASE:base"); trees+=(".:this")
+  rm -f "$R"/stream-base.json "$R"/stream-this.json  # a warm machine's earlier run is not this one's
   n=${#trees[@]}
   for entry in "${trees[@]}"; do
     tree=${entry%:*}; label=${entry##*:}
