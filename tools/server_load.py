@@ -232,7 +232,8 @@ class Http:
     async def one_request(self, body: dict) -> tuple[float, float]:
         """(latency seconds, audio seconds) of one whole pcm request."""
         t0 = time.perf_counter()
-        r = await self.client.post("/v1/audio/speech", json={**body, "response_format": "pcm"})
+        # a whole answer (null: the server streams by default since it answers as OpenAI's API does)
+        r = await self.client.post("/v1/audio/speech", json={**body, "response_format": "pcm", "stream_format": None})
         if r.status_code != 200:
             raise RuntimeError(f"HTTP {r.status_code}: {r.text[:300]}")
         return time.perf_counter() - t0, len(r.content) / 2 / RATE

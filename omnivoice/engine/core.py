@@ -17,8 +17,10 @@ On a GPU, from PIPELINE_MIN_REQUESTS on, the requests form two groups with a gra
 (ggml's async compute): while one group's graph runs on the GPU, this thread makes the other group's MaskGIT
 choices (BatchEngine(pipeline=...)).
 
-Requests finish independently and free their slot; a long-form request contributes one chunk at a time, its
-chunks in order (chunk 0's tokens voice the later ones in auto and design modes, and one generator runs
+Which requests share the steps is the schedule's choice (engine.schedule): arrival order, or with
+`deadlines=True` (the server's engine) the earliest deadlines first, a request that loses its place parked with
+its state and resumed later. Requests finish independently and free their slot; a long-form request
+contributes one chunk at a time, its chunks in order (chunk 0's tokens voice the later ones in auto and design modes, and one generator runs
 through all chunks, as in `synthesize`). The graph is rebuilt only when the set of packed chunks changes.
 Finished units are decoded together (codec decode_iter), each request post-processed as soon as its audio is back
 (on a GPU, while the codec's next graph runs), and clone references of requests admitted together are encoded
