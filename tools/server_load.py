@@ -28,7 +28,7 @@ C clients each send --requests streamed requests (stream_format audio, pcm) of o
 drawn from a word list with --text-seed (every client its own texts, the same on every run and every server):
   closed          each client sends its next request as soon as its last one has ended (no pause)
   conversational  each client plays its audio in real time before its next request (a voice agent): it waits
-                  until the audio it received has played, counted from its first byte
+                  until the audio it received has played, counted from its first byte (not after its last)
 Reported per load and count: first audio p50 / p90 / p99 (from sending to the first byte), audio seconds per
 wall second, request latency p50, failed requests (errors) and 503 answers (rejected; the client waits the
 Retry-After, at most --max-retry-after s, and sends its next request).
@@ -361,7 +361,7 @@ async def streaming_load(target, body: dict, load: str, clients: int, requests: 
                          max_retry_after: float) -> dict:
     """`clients` clients of `requests` streamed one-sentence requests each (texts of sentence_texts, the client's
     own), closed loop or conversational (`load`): first audio percentiles, audio s per s, errors and 503s."""
-    firsts, latencies, audio, errors, rejected = [], [], [], [], 0
+    firsts, latencies, audio, errors, rejected, paused = [], [], [], [], 0, []
     before = await target.engine_counters()
 
     async def client(w: int) -> None:
@@ -379,8 +379,10 @@ async def streaming_load(target, body: dict, load: str, clients: int, requests: 
             firsts.append(r["first_audio_s"])
             latencies.append(r["total_s"])
             audio.append(r["audio_s"])
-            if load == "conversational":  # the audio plays from its first byte on, in real time
-                await asyncio.sleep(max(0.0, r["first_audio_s"] + r["audio_s"] - r["total_s"]))
+            if load == "conversational" and i < len(texts) - 1:  # the audio plays from its first byte on, in
+                pause = max(0.0, r["first_audio_s"] + r["audio_s"] - r["total_s"])  # real time
+                paused.append(pause)
+                await asyncio.sleep(pause)
 
     t0 = time.perf_counter()
     await asyncio.gather(*(client(w) for w in range(clients)))
@@ -390,7 +392,7 @@ async def streaming_load(target, body: dict, load: str, clients: int, requests: 
             "audio_s": sum(audio), "audio_s_per_s": sum(audio) / wall,
             "first_audio_p50_s": percentile(firsts, 0.5), "first_audio_p90_s": percentile(firsts, 0.9),
             "first_audio_p99_s": percentile(firsts, 0.99), "first_audio_max_s": max(firsts, default=float("nan")),
-            "latency_p50_s": percentile(latencies, 0.5),
+            "latency_p50_s": percentile(latencies, 0.5), "paused_s": sum(paused),
             "engine": engine_share(before, await target.engine_counters(), wall)}
 
 

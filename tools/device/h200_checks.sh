@@ -29,8 +29,9 @@
 #           conversational (either or both) instead: the streaming loads (streamed one-sentence requests of 1 to 25
 #           words; closed loop, and clients that play their audio in real time) at CLIENTS (1,8,32,64) clients of
 #           REQUESTS (3) requests, first audio p50/p90/p99, audio s per s, errors and 503s; with BASE=DIR (an
-#           earlier tree, as for bench) BASE's server first, then this tree's, and one table of both. SERVER_ARGS
-#           adds flags to this tree's server only (e.g. "--first-audio-ms 300")
+#           earlier tree, as for bench) BASE's server first, then this tree's, and one table of all. SERVER_ARGS
+#           adds flags to this tree's server only, one run per setting split at | (e.g. "|--max-step-positions
+#           16384": the default, then a step cap; a run takes about 90 s at the default sizes)
 #   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the graph suites on Vulkan (VULKAN_TESTS, default
 #           tests/nn tests/ggml tests/models; empty: none), the LM step (F16, BF16 default shaders; F32 float32
 #           shaders) and the F32 parity with either shaders
@@ -184,34 +185,39 @@ if part batch && fits 90 "batch"; then
 fi
 
 if part server && fits 100 "server" && [ "${LOADS:-whole}" != whole ]; then
-  # the streaming loads, BASE's server then this tree's, each with this tree's tools/server_load.py
-  trees=(); [ -n "${BASE:-}" ] && trees+=("$BASE:base"); trees+=(".:this")
-  rm -f "$R"/stream-base.json "$R"/stream-this.json  # a warm machine's earlier run is not this one's
-  n=${#trees[@]}
-  for entry in "${trees[@]}"; do
-    tree=${entry%:*}; label=${entry##*:}
-    [ "$label" = base ] && cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$tree/omnivoice/ggml/"
-    extra=(); [ "$label" = this ] && [ -n "${SERVER_ARGS:-}" ] && read -ra extra <<< "--server-args $SERVER_ARGS"
-    stamp "server_load $LOADS: $label tree ($tree) ${extra[*]}"
+  # the streaming loads, BASE's server then this tree's (once per setting of SERVER_ARGS, split at |), each
+  # with this tree's tools/server_load.py
+  arms=(); [ -n "${BASE:-}" ] && arms+=("$BASE|base|")
+  IFS='|' read -ra settings <<< "${SERVER_ARGS:-}"; [ ${#settings[@]} = 0 ] && settings=("")
+  for i in "${!settings[@]}"; do arms+=(".|this$( [ "$i" -gt 0 ] && echo "-$((i + 1))")|${settings[$i]}"); done
+  rm -f "$R"/stream-*.json  # a warm machine's earlier run is not this one's
+  n=${#arms[@]}
+  for arm in "${arms[@]}"; do
+    IFS='|' read -r tree name args <<< "$arm"
+    [ "$name" = base ] && cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$tree/omnivoice/ggml/"
+    extra=(); [ -n "${args// /}" ] && read -ra extra <<< "--server-args $args"
+    label="$name${args:+ ($args)}"; label=${label% ()}
+    stamp "server_load $LOADS: $label, tree $tree"
     # the server subprocess is the tree's package: its folder first on the path, and the current directory
     # shellcheck disable=SC2086  # LOAD_ARGS: several arguments
     (cd "$tree" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout $(( ($(left) - 10) / n )) python3 \
       "$OLDPWD/tools/server_load.py" --backend "$BACKEND" --model "$MODEL" --codec "$CODEC" --loads "$LOADS" \
       --clients "${CLIENTS:-1,8,32,64}" --requests "${REQUESTS:-3}" --ttfb-repeats 0 --ws-repeats 0 --label "$label" \
-      ${LOAD_ARGS:-} --json "$R/stream-$label.json" --server-log "$R/server-$label.log" "${extra[@]}") 2>&1 |
-      tee "$R/stream-$label.md" | grep -vE "^\s*$"
+      ${LOAD_ARGS:-} --json "$R/stream-$name.json" --server-log "$R/server-$name.log" "${extra[@]}") 2>&1 |
+      tee "$R/stream-$name.md" | grep -vE "^\s*$"
     n=$((n - 1))
   done
-  python3 - "$R" <<'EOF2'
+  python3 - "$R" "${arms[@]}" <<'EOF2'
 import json, sys, pathlib
 sys.path.insert(0, "tools")
 from server_load import streaming_table
 R = pathlib.Path(sys.argv[1])
 rows = []
-for label in ("base", "this"):
-    f = R / f"stream-{label}.json"
+for arm in sys.argv[2:]:
+    f = R / f"stream-{arm.split('|')[1]}.json"
     if f.is_file():
-        table = streaming_table(json.loads(f.read_text())["streaming_loads"], label)
+        result = json.loads(f.read_text())
+        table = streaming_table(result["streaming_loads"], result["label"])
         rows += table if not rows else table[2:]
 print("\n".join(rows))
 EOF2
