@@ -177,3 +177,40 @@ def test_cancelling_a_running_request_frees_its_slot(ov):
     _run(engine, rest)
     engine.close()
     assert_same_result(second.result, solo(ov, dict(text="Next in line.", seed=8, num_step=3)), "after cancel")
+
+
+def test_parking_with_pipelined_runs_in_flight_keeps_every_solo_result(ov, ref_clip, monkeypatch):
+    """Pipelined (two groups, each graph run launched and collected a round later: the GPU default, forced on the
+    CPU), three slots, and requests arriving with earlier deadlines while runs are in flight: the runs are collected
+    before anything is parked, and every request's result is its solo run's."""
+    from omnivoice.engine import core
+
+    monkeypatch.setattr(core, "PIPELINE_MIN_REQUESTS", 2)
+    ref, ref_text = ref_clip
+    first = [dict(text=f"An early whole answer {i}.", seed=20 + i, num_step=6, duration=2.0 + i) for i in range(3)]
+    later = [dict(text="A stream arrives.", seed=30, num_step=4),
+             dict(text="A clone arrives.", ref_audio=ref, ref_text=ref_text, seed=31, num_step=4, duration=0.8),
+             dict(text="Another stream.", seed=32, num_step=5, class_temperature=0.7)]
+    engine = BatchEngine(ov, max_batch=3, pipeline=True, deadlines=True)
+    tasks = [_task(r, t_added=0.0) for r in first]
+    for t in tasks:
+        engine.add(t)
+    done: list[Task] = []
+    for _ in range(3):
+        done += engine.step()
+    assert any(g.inflight for g in engine._groups), "no run in flight to park around"
+    streams = [_task(later[0], stream=True, t_added=0.5), _task(later[1], t_added=0.6),
+               _task(later[2], stream=True, t_added=0.7)]
+    for t in streams:
+        engine.add(t)
+    done += engine.step()
+    assert sum(t in engine.pending and t.state is not None for t in tasks) >= 2  # parked mid-chunk
+    _run(engine, done)
+    engine.close()
+    assert len(done) == 6 and all(t.error is None for t in done)
+    for t, r in zip(tasks, first):
+        assert_same_result(t.result, solo(ov, r), r["text"])
+    assert_same_result(streams[1].result, solo(ov, later[1]), "clone")
+    for t, r in ((streams[0], later[0]), (streams[2], later[2])):
+        opts = {k: v for k, v in r.items() if k != "text"}
+        np.testing.assert_array_equal(t.result.audio, np.concatenate(list(ov.stream(r["text"], **opts))))
