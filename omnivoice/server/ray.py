@@ -482,6 +482,11 @@ def _typed(name: str, hint, value):
 
     if value is None:
         return None
+    if hint is bool:  # bool("false") is True: a Serve arg says a flag as text
+        words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+        if isinstance(value, bool) or str(value).strip().lower() in words:
+            return value if isinstance(value, bool) else words[str(value).strip().lower()]
+        raise ValueError(f"omnivoice.server.ray:app: {name}={value!r} is not true or false")
     kinds = [t for t in (typing.get_args(hint) or (hint,)) if t is not type(None)]
     for kind in sorted(kinds, key=lambda t: t is str):  # numbers before text: max_batch=8 is 8, "auto" stays
         try:

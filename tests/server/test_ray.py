@@ -322,6 +322,22 @@ def test_the_documented_serve_config_builds_the_app():
         app({**spec.args, "replicas": "4..1"})
 
 
+def test_serve_args_are_typed_as_the_server_configs_fields():
+    """A Serve arg comes as text: a flag's "false" is False (bool("false") is True), numbers are numbers."""
+    import typing
+
+    from omnivoice.server.app import ServerConfig
+    from omnivoice.server.ray import _typed
+
+    hints = typing.get_type_hints(ServerConfig)
+    assert _typed("short_first_piece", hints["short_first_piece"], "false") is False
+    assert _typed("short_first_piece", hints["short_first_piece"], "True") is True
+    assert _typed("max_step_positions", hints["max_step_positions"], "8192") == 8192
+    assert _typed("first_audio_ms", hints["first_audio_ms"], "150") == 150.0
+    with pytest.raises(ValueError, match="short_first_piece='maybe' is not true or false"):
+        _typed("short_first_piece", hints["short_first_piece"], "maybe")
+
+
 def test_bad_ray_flags_are_one_error_line_before_ray_starts(tiny_gguf):
     r = subprocess.run([sys.executable, "-m", "omnivoice.server", "--ray", "--replicas", "3..1", "--model",
                         str(tiny_gguf["f32"]), "--codec", str(tiny_gguf["codec"])], cwd=ROOT, capture_output=True,
