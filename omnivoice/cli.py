@@ -189,9 +189,13 @@ def run(body: Callable[[], int], listing: bool = False) -> int:
     finally:
         if watchdog is not None:
             watchdog.stop()
-        if handlers and not signalled:  # after a signal the process is exiting: keep ignoring the next one
+        if handlers:
             for s, h in handlers.items():
-                signal.signal(s, h)
+                # After a signal the process is exiting. SIG_IGN, not `_ignore`, from here: the interpreter's
+                # finalization puts every Python handler back to SIG_DFL, so a second SIGINT 50 ms after the first
+                # killed the process (status -2 instead of 130). signal.signal first runs the handlers of signals
+                # already pending, so none is left to meet SIG_IGN later (Python's "ignored due to race condition").
+                signal.signal(s, signal.SIG_IGN if signalled else h)
 
 
 def message(e: BaseException) -> str:
