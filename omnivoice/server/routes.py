@@ -12,8 +12,8 @@
 
 Responses are streamed by default, as OpenAI's speech API does (`stream_format` absent is `audio`): the audio
 goes out as the engine makes it, sentence by sentence (a long first sentence cut at a clause with
---short-first-piece, which changes its tokens), in
-every response format (a streamed WAV's header says "unknown length" and an MP3 stream has no Info frame:
+--short-first-piece, which changes its tokens), in every response format this server answers (aac is refused
+whole or streamed; a streamed WAV's header says "unknown length" and an MP3 stream has no Info frame:
 audio.io.AudioEncoder); `audio` sends chunked bytes of the response format, `sse` `speech.audio.delta` events
 (base64 audio) and a closing `speech.audio.done`. `"stream_format": null` (in a form, an empty field) asks for
 one whole response, spoken as `OmniVoice.synthesize` speaks the text; it carries `X-OmniVoice-Tokens-SHA256`:
