@@ -5,15 +5,19 @@ that shares its core with another busy process holds all the others back: on a 2
 the old default of one thread per core ran 2.5x slower than one thread (issue 13). The default is therefore
 the cores this process may use (its CPU affinity, and a cgroup CPU quota where one is set) less the ones other
 work keeps busy now (a short sample of the host's CPU time, less this process's own, scaled to those cores),
-and at least one. OMNIVOICE_THREADS or an explicit thread count overrides it, up to MAX_THREADS_PER_CORE
-threads for each usable core (max_threads): 100 000 threads crashed ggml's thread launch with SIGSEGV, and a
-few thousand under a memory limit ended in libgomp's "Thread creation failed" with no error line.
+and at least one. The sample is the median of a few short windows, so that only work which keeps a core busy
+counts: a burst of another process in one window (a readiness probe polling a starting server, a shell command)
+would otherwise count as a busy core for the whole life of a long-running process. OMNIVOICE_THREADS or an
+explicit thread count overrides it, up to MAX_THREADS_PER_CORE threads for each usable core (max_threads):
+100 000 threads crashed ggml's thread launch with SIGSEGV, and a few thousand under a memory limit ended in
+libgomp's "Thread creation failed" with no error line.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Optional
@@ -48,13 +52,14 @@ def _cgroup_quota() -> Optional[float]:
         return None
 
 
-SAMPLE_S = 0.1  # how long busy_cores watches the host's CPU time
+SAMPLE_S = 0.15  # how long busy_cores watches the host's CPU time ...
+SAMPLE_WINDOWS = 5  # ... in this many windows, of which the median counts
 
 
 def busy_cores(cores: int) -> int:
     """How many of `cores` other work keeps busy: the CPUs busy with other processes over a sample of SAMPLE_S
-    seconds (/proc/stat, less this process's own time), else the 1-minute load average, scaled from all the
-    host's CPUs to these `cores` and rounded to the nearest whole core.
+    seconds (/proc/stat, less this process's own time; the median of SAMPLE_WINDOWS windows), else the 1-minute
+    load average, scaled from all the host's CPUs to these `cores` and rounded to the nearest whole core.
 
     The load average lags by a minute: right after one run ended it still counted that run's cores busy, so on
     a 2-core host a run started then took one thread, at half the speed (a shell loop of `python -m omnivoice.tts`
@@ -69,17 +74,24 @@ def busy_cores(cores: int) -> int:
     return int(busy * cores / max(host, cores) + 0.5)
 
 
-def busy_cpus_now(seconds: float = SAMPLE_S) -> Optional[float]:
+def busy_cpus_now(seconds: float = SAMPLE_S, windows: int = SAMPLE_WINDOWS) -> Optional[float]:
     """CPUs kept busy by other processes over the next `seconds`, from the kernel's CPU time counters
-    (/proc/stat's busy time less this process's, /proc/self/stat), or None where they cannot be read."""
+    (/proc/stat's busy time less this process's, /proc/self/stat), or None where they cannot be read.
+
+    The median over `windows` equal windows: work that keeps a CPU busy shows in every window, a burst shorter
+    than a window in one or two. A mean over the whole sample counted a load tester's /health polls towards a
+    busy CPU, and with a light job beside them a server started on a 2-core host took one thread for its whole
+    life (BENCHMARKS.md, the CPU server's figures)."""
     try:
-        host0, own0 = _host_busy_ticks(), _own_ticks()
-        time.sleep(seconds)
-        host1, own1 = _host_busy_ticks(), _own_ticks()
         hz = os.sysconf("SC_CLK_TCK")
+        marks = [(_host_busy_ticks(), _own_ticks())]
+        for _ in range(windows):
+            time.sleep(seconds / windows)
+            marks.append((_host_busy_ticks(), _own_ticks()))
     except (OSError, ValueError, IndexError, AttributeError):
         return None
-    return max(0.0, ((host1 - host0) - (own1 - own0)) / hz / seconds)
+    return statistics.median(max(0.0, ((h1 - h0) - (o1 - o0)) / hz / (seconds / windows))
+                             for (h0, o0), (h1, o1) in zip(marks, marks[1:]))
 
 
 def _host_busy_ticks() -> int:

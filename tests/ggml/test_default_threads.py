@@ -90,8 +90,34 @@ def test_other_processes_time_counts_and_this_ones_does_not(monkeypatch):
     monkeypatch.setattr(threads, "_own_ticks", lambda: next(own_ticks))
     slept = []
     monkeypatch.setattr(threads.time, "sleep", slept.append)
-    assert threads.busy_cpus_now(0.5) == pytest.approx(2.0)  # 1 CPU-second of others' work in 0.5 s
+    assert threads.busy_cpus_now(0.5, windows=1) == pytest.approx(2.0)  # 1 CPU-second of others' work in 0.5 s
     assert slept == [0.5]
+
+
+def _windows(monkeypatch, others_per_window: list[float]) -> float:
+    """busy_cpus_now over injected counters whose windows hold these CPUs of others' work each (this process
+    busy on one CPU throughout, which must not count)."""
+    hz, n = os.sysconf("SC_CLK_TCK"), len(others_per_window)
+    per = 0.1  # seconds a window: whole clock ticks
+    host, own = [1000], [50]
+    for others in others_per_window:
+        host.append(host[-1] + round((others + 1) * per * hz))
+        own.append(own[-1] + round(per * hz))
+    monkeypatch.setattr(threads, "_host_busy_ticks", iter(host).__next__)
+    monkeypatch.setattr(threads, "_own_ticks", iter(own).__next__)
+    monkeypatch.setattr(threads.time, "sleep", lambda s: None)
+    return threads.busy_cpus_now(per * n, windows=n)
+
+
+def test_a_burst_in_one_window_is_not_a_busy_core(monkeypatch):
+    """The median of the windows: another process's burst (a readiness probe polling a starting server) fills
+    one window and counted as a third of a CPU in the whole sample's mean; work that keeps a CPU busy fills
+    every window and counts whole."""
+    assert _windows(monkeypatch, [0, 0, 1.5, 0, 0]) == pytest.approx(0.0)
+    assert _windows(monkeypatch, [0, 2, 2, 0, 0]) == pytest.approx(0.0)
+    assert _windows(monkeypatch, [1, 1, 1, 1, 1]) == pytest.approx(1.0)
+    assert _windows(monkeypatch, [1, 1, 0, 1, 2]) == pytest.approx(1.0)
+    assert _windows(monkeypatch, [0, 1, 1, 0]) == pytest.approx(0.5)  # an even count: the middle two's mean
 
 
 def test_own_ticks_are_this_process_cpu_time():
