@@ -32,7 +32,8 @@ from .text.prompt import build_prompt
 ProgressCallback = Callable[[int, int], None]
 """progress(done, total): MaskGIT steps done so far and in all, over every chunk."""
 CancelCallback = Callable[[], bool]
-"""cancel() -> True to stop; polled before every MaskGIT step."""
+"""cancel() -> True to stop; polled before every MaskGIT step (on CUDA's device path, before and after each run of
+steps queued on the device)."""
 
 
 class Cancelled(RuntimeError):

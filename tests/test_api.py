@@ -41,9 +41,9 @@ def test_progress_and_cancel(ov):
     assert seen[-1] == (5, 5) and [d for d, _ in seen] == sorted(d for d, _ in seen)
     calls = []
 
-    def cancel():
+    def cancel():  # True from the second poll: the host polls before each step, the device path around its run
         calls.append(1)
-        return len(calls) > 2
+        return len(calls) > 1
 
     with pytest.raises(Cancelled):
         ov.synthesize("Stop me.", num_step=8, cancel=cancel)

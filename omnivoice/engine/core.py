@@ -71,7 +71,8 @@ class Task:
 
     `rng`: the generator to draw from (default: a new one from the settings' seed; a Speaker threads one through
     its calls). `progress(done, total)` is called after each MaskGIT step (steps a short chunk skips counted at
-    its end); `cancel()` is polled before each step, True failing the task with Cancelled. `dump`: a folder for
+    its end); `cancel()` is polled before each step (on the device path before and after each run of steps),
+    True failing the task with Cancelled. `dump`: a folder for
     prompt_ids.npy and logits0.npy (chunk 0's prompt and step-0 conditional logits) and tokens_N.npy. Without
     `decode` the result holds the tokens only (empty audio).
     """
@@ -489,6 +490,8 @@ class BatchEngine:
         for t, r in zip(tasks, outcome):
             if isinstance(r, Exception):
                 self._fail(t, r)
+            elif self._cancelled(t):  # cancelled during the run: polled again before its tokens count
+                self._fail(t, t.cancel_error or Cancelled("synthesis cancelled"))
             else:
                 self._stepped(t, len(r))
         return True

@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import omnivoice
 from omnivoice.engine import BatchEngine, Task
 from omnivoice.engine.offline import prepare
 from omnivoice.generate import CudaPhiloxGenerator, gumbel_noise, top_k_positions
 from omnivoice.ggml import ffi
+from omnivoice.pipeline import Cancelled
 
 from .helpers import assert_same_result, solo
 from .test_batch_equals_solo import LONG
@@ -64,12 +64,11 @@ class FakeMaskGitStep:
         return 0
 
 
-@pytest.fixture(scope="module")
-def ov(tiny_gguf):
-    """The tiny model on the CPU whatever OMNIVOICE_TEST_BACKEND says: the fake step reads and writes the kernel's
-    buffers through host pointers (on CUDA they are device memory, and the fake segfaulted there)."""
-    with omnivoice.OmniVoice(str(tiny_gguf["f32"]), str(tiny_gguf["codec"]), backend="cpu") as ov:
-        yield ov
+@pytest.fixture
+def ov(cpu_ov):
+    """On the CPU whatever the test backend: the fake step reads the kernel's buffers through host pointers (on
+    CUDA they are device memory, and the fake segfaulted there)."""
+    return cpu_ov
 
 
 @pytest.fixture
@@ -164,3 +163,17 @@ def test_the_devices_error_bits_fail_the_request(ov, device, monkeypatch):
     monkeypatch.setattr(ov.lm, "maskgit_step", device)
     assert len(ov.synthesize("And the next one works.", num_step=2, seed=0, position_temperature=0.0).tokens) == 1
     assert device.calls == 2
+
+
+def test_a_request_cancelled_during_a_device_run_is_cancelled(ov, device):
+    """The device path polls cancel() before and after its run: a request cancelled while its steps ran on the
+    device fails with Cancelled, its tokens discarded, rather than finishing."""
+    polls = []
+
+    def cancel():
+        polls.append(device.calls)
+        return device.calls > 0  # set while the run was queued
+
+    with pytest.raises(Cancelled):
+        ov.synthesize("Stop me on the device.", seed=5, num_step=6, cancel=cancel)
+    assert device.calls == 6 and polls == [0, 6]

@@ -17,6 +17,14 @@ from omnivoice.pipeline import Cancelled
 from .helpers import assert_same_result, solo
 
 
+@pytest.fixture
+def ov(cpu_ov):
+    """On the CPU whatever the test backend: a parked request resumes with its solo run's tokens and audio bit for
+    bit only where every op works per column, and on CUDA a lone greedy task runs its chunk whole on the device
+    (the engine's fast path), so the steps these tests count are the host loop's."""
+    return cpu_ov
+
+
 def job(name, deadline, positions=10, seq=0):
     return SimpleNamespace(name=name, deadline=deadline, positions=positions, seq=seq)
 
