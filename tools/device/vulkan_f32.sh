@@ -24,7 +24,16 @@ python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "
 export PYTHONPATH=$PWD:$W/site
 [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || { mkdir -p vendor/ggml/src &&
   tar -C vendor/ggml/src -xJf .devcarry/ggml-src.tar.xz; } || exit 1
-source tools/device/vulkan_env.sh > /dev/null
+# the Vulkan loader and driver files (carried .gl), the SDK pieces (carried .vk: loader, headers, glslc)
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+mkdir -p /opt/vk && for f in .vk/*.deb; do dpkg -x "$f" /opt/vk; done
+VK=/opt/vk/usr; VKLIB=$VK/lib/x86_64-linux-gnu
+export LD_LIBRARY_PATH=$VKLIB:${LD_LIBRARY_PATH:-}
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+ldconfig
+VKARGS="-DGGML_VULKAN=ON -DCMAKE_PREFIX_PATH=$VK -DVulkan_INCLUDE_DIR=$VK/include -DVulkan_LIBRARY=$VKLIB/libvulkan.so.1"
+VKARGS="$VKARGS -DVulkan_GLSLC_EXECUTABLE=$VK/bin/glslc -DCMAKE_CXX_FLAGS=-I$VK/include"
 
 # the tiny seed-0 checkpoint (the goldens' own) needs no ggml: made beside the compile
 ( python3 tools/make_checkpoint.py --preset tiny --seed 0 -o "$W/ckpt-tiny" > "$W/checkpoint.log" 2>&1 ) &
