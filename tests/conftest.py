@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -76,3 +77,15 @@ def tiny_gguf(tiny_checkpoint, tmp_path_factory):
         paths[quant] = out / f"omnivoice-base-{quant.upper()}.gguf"
     paths["codec"] = out / "omnivoice-tokenizer-F32.gguf"
     return paths
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers():
+    """Each test starts with the process's own SIGINT and SIGTERM handlers: a command run in this process
+    (`main(argv)`) that is interrupted leaves both ignored, as a process that is exiting should (omnivoice.cli.run),
+    and a later test that raises SIGINT would then see nothing."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, h in saved.items():
+        if h is not None and signal.getsignal(s) is not h:
+            signal.signal(s, h)
