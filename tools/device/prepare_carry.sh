@@ -18,7 +18,7 @@
 #              build (CUDA_LIB_ARCHIVE=.devcarry/cudalib); ~35 minutes on 2 cores (build_cuda below)
 #   .whl-ray   (RAY=1) Ray for the device's Python 3.12 without its Java jars, rllib and the dashboard's web
 #              client (~30 MB xz'd, from the 79 MB wheel), jsonschema's wheels (h200_checks.sh PARTS=ray) and the
-#              wheels Ray Serve needs besides the server's (grpcio, aiohttp and its own, watchfiles, colorful:
+#              wheels Ray Serve needs besides the server's (grpcio and its reflection, aiohttp and its own, watchfiles, colorful:
 #              ~11 MB; PARTS=serve)
 # Each part is skipped when it is already there; delete a folder to make it again. SKIP_REF=1 skips the dump
 # (for the calls that do not read it: vulkan_f32.sh, cuda_wheel.sh).
@@ -128,7 +128,7 @@ if [ "${RAY:-0}" = 1 ] && ! ls .whl-ray/ray.tar.xz .whl-ray/grpcio-*.whl >/dev/n
   "${pip[@]}" -d .whl-ray jsonschema==4.25.1 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==0.28.0
   "${pip[@]}" -d .whl-ray grpcio==1.85.3 aiohttp==3.14.5 aiohttp-cors==0.8.1 aiohappyeyeballs==2.7.1 \
     aiosignal==1.4.0 attrs==26.1.0 frozenlist==1.8.0 multidict==7.2.1 propcache==0.5.4 yarl==1.25.1 \
-    watchfiles==1.3.0 colorful==0.5.8
+    watchfiles==1.3.0 colorful==0.5.8 grpcio-reflection==1.85.1
   T=$(mktemp -d)
   "${pip[@]}" -d "$T" ray==2.60.0
   # extracted keeping each file's mode (zipfile's extract drops it: gcs_server and raylet then fail with EACCES)
