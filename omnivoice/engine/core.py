@@ -148,7 +148,8 @@ PIPELINE_MIN_REQUESTS = 8
 # A group of at most this many greedy tasks runs its steps on the device where the LM can (_on_device); from
 # PIPELINE_MIN_REQUESTS on, the pipelined groups hide the host's choices behind the other group's graph run instead.
 # (Each task's choice is one kernel of one thread block after the graph's run, so the device's share grows with the
-# count; for a lone request it was measured, for two to seven tools/device/h200_one_engine.sh's four clients show it.)
+# count; for a lone request it was measured, for two to seven the four clients of tools/device/h200_checks.sh
+# PARTS=one_engine show it.)
 DEVICE_MAX_REQUESTS = PIPELINE_MIN_REQUESTS - 1
 
 

