@@ -41,12 +41,13 @@
 #   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the graph suites on Vulkan (VULKAN_TESTS, default
 #           tests/nn tests/ggml tests/models; empty: none), the LM step (F16, BF16 default shaders; F32 float32
 #           shaders) and the F32 parity with either shaders
-#   vulkan_f32  (about 4 minutes; carry .gl .vk) ggml's Vulkan module as for vulkan, then an F32 LM named each way
-#           a user names it (file, folder, checkpoint with quant f32) and, for contrast, the same file with the F16
-#           shaders: the load line's arithmetic and the greedy tokens of auto, design and clone against the
-#           reference's goldens (tools/vulkan_f32_check.py on the tiny checkpoint; every way but f16 must say "F32
-#           arithmetic" and give 100 %), --list-devices, the CLI's load line, and tests/parity on Vulkan with
-#           OMNIVOICE_EXACT_F32=0, where only the F32 file itself asks for F32 arithmetic
+#   vulkan_f32  (about 4 minutes; carry .whl .gl .vk .devcarry/ggml-src.tar.xz) ggml built for Vulkan alone where
+#           no part runs on CUDA and no CUDA build is carried (else its Vulkan module as for vulkan), then an F32 LM
+#           named each way a user names it (file, folder, checkpoint with quant f32) and, for contrast, the same
+#           file with the F16 shaders: the load line's arithmetic and the greedy tokens of auto, design and clone
+#           against the reference's goldens (tools/vulkan_f32_check.py on the tiny checkpoint; every way but f16
+#           must say "F32 arithmetic" and give 100 %), --list-devices, the CLI's load line, and tests/parity on
+#           Vulkan with OMNIVOICE_EXACT_F32=0, where only the F32 file itself asks for F32 arithmetic
 #   ray     on two GPUs (nvidia-h200-x2; carry .whl-ray from RAY=1 prepare_carry.sh): python -m omnivoice.batch
 #           --ray over a 64-request manifest in seven languages on one GPU actor, then two; scaling and tokens
 #   serve   the speech server on Ray Serve (carry .whl-ray from RAY=1 prepare_carry.sh; its first arm repeats the
@@ -67,13 +68,14 @@
 #
 # Examples (device calls; the carry lists above):
 #     CUDA_LIB_ARCHIVE=.devcarry/cudalib BASE=.devcarry/base PARTS=one_engine bash tools/device/h200_checks.sh
-#     CUDA_LIB_ARCHIVE=.devcarry/cudalib PARTS=vulkan_f32 bash tools/device/h200_checks.sh
+#     PARTS=vulkan_f32 bash tools/device/h200_checks.sh
 #     PARTS=cuda_wheel bash tools/device/h200_checks.sh
 #
 # To try the script on a CPU machine (tiny model, small sizes):
 #     BACKEND=cpu PARTS=bench,steps,batch,server CASES=auto5 REPEATS=1 BATCH_SIZES=2 CLIENTS=1,2 TTFB_REPEATS=1 \
 #         QUEUED=0 SHAPES=auto5 OUT=/tmp/checks bash tools/device/h200_checks.sh
-[[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0; }
+[[ "${1:-}" == -h || "${1:-}" == --help ]] &&  # the header above, without its comment marks
+  { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0; }
 set -uo pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 NVIDIA_TF32_OVERRIDE=0
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # no NVLink multicast
@@ -89,7 +91,8 @@ any_part() { local p; for p; do part "$p" && return 0; done; return 1; }  # whet
 fits() { (( $(left) >= $1 )) && return 0; stamp "skipped $2: needs ~$1 s"; return 1; }
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 for p in ${PARTS//,/ }; do
-  [[ " one_engine tests bench steps batch server vulkan vulkan_f32 ray serve cuda_wheel " == *" $p "* ]] || { echo "error: PARTS=$PARTS: unknown part '$p'"; exit 2; }
+  [[ " one_engine tests bench steps batch server vulkan vulkan_f32 ray serve cuda_wheel " == *" $p "* ]] ||
+    { echo "error: PARTS=$PARTS: unknown part '$p'"; exit 2; }
 done
 if part one_engine; then  # this tree against BASE on every measure, with the settings of its header entry
   [ -n "${BASE:-}" ] || { echo "error: PARTS=one_engine needs BASE=DIR (the earlier tree)"; exit 2; }
@@ -98,6 +101,7 @@ if part one_engine; then  # this tree against BASE on every measure, with the se
 fi
 # what the parts need: ggml built for this machine (all but cuda_wheel), the full checkpoint and its conversion
 BUILD_PARTS=(tests bench steps batch server vulkan vulkan_f32 ray serve)
+CUDA_PARTS=(tests bench steps batch server ray serve)
 MODEL_PARTS=(bench steps batch server vulkan ray serve)
 
 # --- setup: wheels, ggml, the checkpoint and its conversion (each skipped when a warm machine has it) ---
@@ -130,12 +134,41 @@ if any_part "${MODEL_PARTS[@]}"; then
 fi
 src() { [ -f vendor/ggml/src/ggml/CMakeLists.txt ] || { mkdir -p vendor/ggml/src &&
   tar -C vendor/ggml/src -xJf .devcarry/ggml-src.tar.xz; }; }
+vk_env=0 vk_ready=0
+vulkan_env() {  # the carried Vulkan loader and driver files (.gl), and the SDK's loader, headers and glslc (.vk)
+  [ "$vk_env" = 1 ] && return 0
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  mkdir -p /opt/vk && for f in .vk/*.deb; do dpkg -x "$f" /opt/vk; done
+  VK=/opt/vk/usr; VKLIB=$VK/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=$VKLIB:${LD_LIBRARY_PATH:-}
+  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  ldconfig
+  VKARGS="-DGGML_VULKAN=ON -DCMAKE_PREFIX_PATH=$VK -DVulkan_INCLUDE_DIR=$VK/include -DVulkan_LIBRARY=$VKLIB/libvulkan.so.1"
+  VKARGS="$VKARGS -DVulkan_GLSLC_EXECUTABLE=$VK/bin/glslc -DCMAKE_CXX_FLAGS=-I$VK/include"
+  vk_env=1
+}
+vulkan_module() {  # ggml's Vulkan module built beside this build (unless the setup built ggml for Vulkan)
+  [ "$vk_ready" = 1 ] && return 0
+  stamp "Vulkan module (carried .gl .vk)"
+  vulkan_env
+  # shellcheck disable=SC2086  # VKARGS: several arguments
+  { src && cmake -S . -B build/vk -G Ninja -DCMAKE_BUILD_TYPE=Release $VKARGS > "$R/build-vulkan.log" 2>&1 &&
+    cmake --build build/vk --target ggml-vulkan >> "$R/build-vulkan.log" 2>&1 &&
+    cp build/vk/lib/libggml-vulkan.so omnivoice/ggml/_lib/; } || { tail -30 "$R/build-vulkan.log"; exit 1; }
+  vk_ready=1
+}
 if ! any_part "${BUILD_PARTS[@]}"; then
   stamp "no part here runs on this tree's build"
 elif [ "$BACKEND" != cuda ]; then
   stamp "backend $BACKEND: the build here is used"
 elif [ -f omnivoice/ggml/_lib/libggml-cuda.so ]; then
   stamp "CUDA build already here"
+elif ! any_part "${CUDA_PARTS[@]}" && [ -z "${CUDA_LIB_ARCHIVE:-}" ]; then
+  stamp "build ggml for Vulkan alone (no part here runs on CUDA; about 2 minutes)"
+  vulkan_env; src || exit 1
+  CMAKE_ARGS="$VKARGS" python3 build_ext.py all > "$R/build.log" 2>&1 || { tail -40 "$R/build.log"; exit 1; }
+  vk_ready=1
 elif [ -n "${CUDA_LIB_ARCHIVE:-}" ] && ls "$CUDA_LIB_ARCHIVE"/*.tar.xz.* >/dev/null 2>&1; then
   stamp "unpack the carried CUDA build"
   cat "$CUDA_LIB_ARCHIVE"/*.tar.xz.* | xz -d | tar -C omnivoice/ggml -xf - || exit 1
@@ -273,25 +306,6 @@ elif part server && [ "${LOADS:-whole}" = whole ] && fits 100 "server"; then
     --ws-repeats "${WS_REPEATS:-10}" ${LOAD_ARGS:-} \
     --json "$R/server_load.json" --server-log "$R/server.log" 2>&1 | tee "$R/server_load.md"
 fi
-
-vk_ready=0
-vulkan_module() {  # the carried Vulkan loader and SDK (.gl .vk), and ggml's Vulkan module built beside this build
-  [ "$vk_ready" = 1 ] && return 0
-  stamp "Vulkan module (carried .gl .vk)"
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  mkdir -p /opt/vk && for f in .vk/*.deb; do dpkg -x "$f" /opt/vk; done
-  VK=/opt/vk/usr; VKLIB=$VK/lib/x86_64-linux-gnu
-  export LD_LIBRARY_PATH=$VKLIB:${LD_LIBRARY_PATH:-}
-  export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-  ldconfig
-  { src && cmake -S . -B build/vk -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_VULKAN=ON -DCMAKE_PREFIX_PATH=$VK \
-      -DVulkan_INCLUDE_DIR=$VK/include -DVulkan_LIBRARY=$VKLIB/libvulkan.so.1 -DVulkan_GLSLC_EXECUTABLE=$VK/bin/glslc \
-      -DCMAKE_CXX_FLAGS=-I$VK/include > "$R/build-vulkan.log" 2>&1 &&
-    cmake --build build/vk --target ggml-vulkan >> "$R/build-vulkan.log" 2>&1 &&
-    cp build/vk/lib/libggml-vulkan.so omnivoice/ggml/_lib/; } || { tail -30 "$R/build-vulkan.log"; exit 1; }
-  vk_ready=1
-}
 
 if part vulkan && fits 200 "vulkan"; then
   vulkan_module
