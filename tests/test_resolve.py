@@ -192,7 +192,6 @@ def test_no_such_repository_is_bad_input(hub, tmp_path):
     assert "Traceback" not in err and "HTTP Request" not in err
 
 
-@pytest.mark.slow  # huggingface_hub retries a refused connection five times, 23 s of back-off
 def test_network_failure_is_not_bad_input(tmp_path):
     r = tts("Hi.", "--model", "nobody/no-such-omnivoice", "-o", tmp_path / "x.wav",
             env={"HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}", "HF_HOME": str(tmp_path / "hf"),
