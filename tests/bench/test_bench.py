@@ -137,7 +137,7 @@ def test_worker_crash_is_a_clear_error(tmp_path):
 
 def test_an_installed_copy_runs_without_the_repository(monkeypatch):
     """--installed LABEL=PYTHON: its workers see neither the repository on PYTHONPATH nor the reference's
-    folders; the repository's own workers get the repository first."""
+    folders, nor a source build's OMNIVOICE_GGML_LIB_DIR; the repository's own workers get the repository first."""
     args = bench.parse_args(["--checkpoint", "x", "--installed", "wheel=/venv/bin/python", "--no-reference"])
     assert args.installed_pythons == [("wheel", "/venv/bin/python")]
     with pytest.raises(SystemExit, match="LABEL=PYTHON"):
@@ -146,3 +146,6 @@ def test_an_installed_copy_runs_without_the_repository(monkeypatch):
     assert bench._env_for("installed", ["/ref"])["PYTHONPATH"] == "/elsewhere"
     assert bench._env_for("ours", ["/ref"])["PYTHONPATH"] == f"{bench.REPO}:{bench.REPO}:/elsewhere"
     assert bench._env_for("ref", ["/ref"])["PYTHONPATH"] == "/ref:/elsewhere"
+    monkeypatch.setenv("OMNIVOICE_GGML_LIB_DIR", "/src/build/lib")
+    assert "OMNIVOICE_GGML_LIB_DIR" not in bench._env_for("installed", [])
+    assert bench._env_for("ours", [])["OMNIVOICE_GGML_LIB_DIR"] == "/src/build/lib"

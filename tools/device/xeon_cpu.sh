@@ -27,11 +27,20 @@
 # PART=batch: after the conversions, only the LM step of 1, 2 and 4 packed prompts (BATCH_THREADS, 16).
 # PART=step: the LM step (tools/lm_step_time.py, QUANTS) per graph variant, alternated over two rounds:
 # STEP_VARIANTS ("none fma_attention"), STEP_THREADS ("16 2"), STEP_SHAPES (auto5,clone5).
+# PART=wheel: the portable wheel against this build and the reference. The wheel (carried in .whl-dist: WHEEL=1
+# tools/device/prepare_carry.sh; WHEEL names another) is installed by tools/wheel.py check into a fresh venv with
+# --no-index from .whl (the image's numpy and scipy through --inherit-site), no compiler on PATH, and speaks there
+# (the tiny checkpoint; $OUT/xeon-wheel-check.json says which CPU module and kernel level it loaded); then
+# tools/bench.py runs the wheel (--installed), this build and the float32 reference side by side in one run, at 16
+# threads (CASES_T16) and 2 (CASES_T2), on WHEEL_QUANTS (bf16, the default on an AMX CPU): $OUT/xeon-wheel-T{16,2}.*
+#     PART=wheel REPEATS=3 bash tools/device/xeon_cpu.sh     # carry .whl .whl-dist .devcarry/ggml-src.tar.xz
+# REFERENCE=0 leaves the reference out (a local check of the script without one).
 # PART may list several, run in this order: e.g. PART=matmul,profile,bench (bench: the side by side, the default).
 # PROFILE_DECODE (auto): the decode profile once per OMNIVOICE_CPU_PRODUCTS named, e.g. "ggml auto" (the codec's
 # convolutions on ggml's products, then on the package's FMA kernel). PROFILE_ENCODE=1: also the encode of a 2.4 s
 # clip (a clone's reference).
-[[ "${1:-}" == -h || "${1:-}" == --help ]] && { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0; }
+[[ "${1:-}" == -h || "${1:-}" == --help ]] &&  # the header above, without its comment marks
+  { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0; }
 set -uo pipefail
 OUT=${OUT:-$PWD/xeon-out}; mkdir -p "$OUT"
 PART=${PART:-bench}
@@ -57,7 +66,15 @@ if [[ ! -f "$W/site/.done" ]]; then
 fi
 export PYTHONPATH=$W/site
 
-# 2. The checkpoint (no ggml needed) beside the CPU build.
+# 2. The checkpoint (no ggml needed) beside the CPU build; the wheel's install and check too.
+if part wheel; then
+  WHEEL=${WHEEL:-$(ls .whl-dist/omnivoice_ggml-*manylinux*.whl 2>/dev/null | head -1)}
+  [ -f "$WHEEL" ] || { echo "error: no portable wheel in .whl-dist (WHEEL=1 tools/device/prepare_carry.sh)" >&2; exit 1; }
+  log "install and check $(basename "$WHEEL") (background)"
+  python3 tools/wheel.py check "$WHEEL" --wheelhouse .whl --inherit-site --work "$W/wheel" \
+    --json "$OUT/xeon-wheel-check.json" > "$OUT/xeon-wheel-check.log" 2>&1 &
+  wheel_pid=$!
+fi
 [ "$PART" = matmul ] || [ -f "$W/ckpt/audio_tokenizer/model.safetensors" ] ||
   python3 tools/make_checkpoint.py --preset "$PRESET" --seed 0 -o "$W/ckpt" > "$OUT/checkpoint.log" 2>&1 &
 ckpt_pid=$!
@@ -99,10 +116,12 @@ if part matmul; then  # the products alone, by weight type, against numpy and to
 fi
 
 # 3. Conversions (once per type, into $W/gguf-cpu: a CUDA run's conversions elsewhere stay valid).
-log "convert $QUANTS"
+conv=$QUANTS  # the types the parts run: PART=wheel alone, WHEEL_QUANTS alone
+[ "$PART" = wheel ] && conv=${WHEEL_QUANTS:-bf16}; part wheel && conv="$conv,${WHEEL_QUANTS:-bf16}"
+log "convert $conv"
 python3 -c "import sys; sys.path.insert(0, 'tools'); import bench, pathlib;
 bench.convert(pathlib.Path('$W/ckpt'), pathlib.Path('$W/gguf-cpu'),
-              list(dict.fromkeys(q.partition(':')[0] for q in '$QUANTS'.split(','))))" > "$OUT/convert.log" 2>&1 ||
+              list(dict.fromkeys(q.partition(':')[0] for q in '$conv'.split(','))))" > "$OUT/convert.log" 2>&1 ||
   { tail -20 "$OUT/convert.log"; exit 1; }
 
 if part batch; then  # does packing requests pay on this many-core CPU? (the server's batch size)
@@ -151,15 +170,35 @@ if [ "${PARITY:-0}" = 1 ]; then
     tail -8 | tee "$OUT/xeon-parity.md"
 fi
 
-part bench || exit 0
-# 4. The side by side, CPU backend, both sides on the same thread count.
-bench() {  # threads cases seconds quants
-  log "bench at $1 threads ($2; $4), $3 s"
-  timeout --signal=TERM --kill-after=20 "$3" python3 tools/bench.py --checkpoint "$W/ckpt" --gguf-dir "$W/gguf-cpu" \
-    --backend cpu --threads "$1" --quant "$4" --ref-python "$REF_PYTHON" --ref-pythonpath "$W/ref-site" \
-    --ref-dtype float32 --cases "$2" --steps "$STEPS" --repeats "$REPEATS" --warmup "$WARMUP" --timeout 240 \
-    --json "$OUT/xeon-cpu-T$1.json" --markdown "$OUT/xeon-cpu-T$1.md" 2>&1 | tee "$OUT/xeon-cpu-T$1.log" | tail -30
+# 4. The side by side, CPU backend, all sides on the same thread count.
+bench() {  # threads cases seconds quants label [bench.py arguments]: $OUT/xeon-LABEL-T<threads>.{json,md,log}
+  local t=$1 cases=$2 secs=$3 quants=$4 label=$5; shift 5
+  local ref=(--ref-python "$REF_PYTHON" --ref-pythonpath "$W/ref-site" --ref-dtype float32)
+  [ "${REFERENCE:-1}" = 0 ] && ref=(--no-reference)
+  log "bench $label at $t threads ($cases; $quants), $secs s"
+  timeout --signal=TERM --kill-after=20 "$secs" python3 tools/bench.py --checkpoint "$W/ckpt" --gguf-dir "$W/gguf-cpu" \
+    --backend cpu --threads "$t" --quant "$quants" "${ref[@]}" --cases "$cases" --steps "$STEPS" \
+    --repeats "$REPEATS" --warmup "$WARMUP" --timeout 240 --json "$OUT/xeon-$label-T$t.json" \
+    --markdown "$OUT/xeon-$label-T$t.md" "$@" 2>&1 | tee "$OUT/xeon-$label-T$t.log" | tail -30
 }
-[ -z "${CASES_T16-auto5,clone5}" ] || bench 16 "${CASES_T16-auto5,clone5}" $(( $(left) * 2 / 5 )) "$QUANTS"
-bench 2 "${CASES_T2:-auto5}" $(( $(left) - 10 )) "$QUANTS_T2"
+
+if part wheel; then  # the wheel, this build and the reference in one run
+  wait $wheel_pid || { tail -30 "$OUT/xeon-wheel-check.log"; exit 1; }
+  python3 -c "import json; r = json.load(open('$OUT/xeon-wheel-check.json'));
+print('wheel check:', 'ok' if r['ok'] else 'FAILED', '| package', r['package'], '| CPU module', r['cpu_module'],
+      '| kernels', r['ops_library'], '| compilers on PATH', [c for c, w in r['compilers_on_path'].items() if w])" >&2
+  wq=${WHEEL_QUANTS:-bf16}; installed=(--installed "wheel=$W/wheel/venv/bin/python")
+  [ -z "${CASES_T16-auto5,clone5}" ] || bench 16 "${CASES_T16-auto5,clone5}" $(( $(left) * 2 / 5 )) "$wq" wheel \
+    "${installed[@]}"
+  bench 2 "${CASES_T2:-auto5}" $(( $(left) - 10 )) "$wq" wheel "${installed[@]}"
+  python3 -c "import json, sys
+for f in sys.argv[1:]:
+    for w in json.load(open(f))['workers']:
+        print(f.rsplit('/', 1)[1], w['name'], 'loaded', w.get('info', {}).get('libraries'))" \
+    "$OUT"/xeon-wheel-T*.json >&2
+fi
+
+part bench || { log "done, $(left) s left"; exit 0; }
+[ -z "${CASES_T16-auto5,clone5}" ] || bench 16 "${CASES_T16-auto5,clone5}" $(( $(left) * 2 / 5 )) "$QUANTS" cpu
+bench 2 "${CASES_T2:-auto5}" $(( $(left) - 10 )) "$QUANTS_T2" cpu
 log "done, $(left) s left"
