@@ -8,7 +8,7 @@ WORKDIR collects, making each only when missing:
     ckpt/audio_tokenizer/   the full-size random codec (tools/make_checkpoint.py's "full" preset, seed 0: HuBERT
                             base, DAC 64/1024/256, 8 codebooks of 1024 x 64), about 700 MB
     omnivoice-tokenizer-F32.gguf   its conversion (omnivoice.convert's codec writer)
-    reference.npz           the reference's outputs (tools/reference/golden_codec.py --codec-only): needs the
+    reference.npz           the reference's outputs (tools/reference/goldens.py codec --codec-only): needs the
                             reference venv (.venv-ref), so make it where that exists and copy it along; a machine
                             without the venv rebuilds the same checkpoint (seeded) and checks its hash
 Prints, per case: code agreement (per codebook), and cosine / max abs error of the intermediates and of the
@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {ref_path} is missing and there is no reference venv ({args.ref_python}) to make it; "
                   "run this tool once where .venv-ref exists and copy reference.npz here", file=sys.stderr)
             return 1
-        cmd = [args.ref_python, str(ROOT / "tools" / "reference" / "golden_codec.py"), str(ckpt), "-o", str(ref_path),
-               "--codec-only", "--clip-seconds", str(args.clip_seconds),
+        cmd = [args.ref_python, str(ROOT / "tools" / "reference" / "goldens.py"), "codec", str(ckpt),
+               "-o", str(ref_path), "--codec-only", "--clip-seconds", str(args.clip_seconds),
                "--decode-frames", *map(str, args.decode_frames), "--threads", str(os.cpu_count() or 1)]
         print("reference:", " ".join(cmd), file=sys.stderr)
         subprocess.run(cmd, check=True)

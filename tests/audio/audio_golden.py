@@ -1,4 +1,4 @@
-"""Helpers for tests/audio: the reference goldens written by tools/reference/golden_audio.py.
+"""Helpers for tests/audio: the reference goldens written by tools/reference/goldens.py audio.
 
 (A module with a unique name rather than conftest.py, so test files can import it by name.)
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
-REGENERATE = ".venv-ref/bin/python tools/reference/golden_audio.py"
+REGENERATE = ".venv-ref/bin/python tools/reference/goldens.py audio"
 
 
 class GoldenFile:

@@ -1,6 +1,6 @@
 """The reference's audio utilities and its clip pre-/output post-processing, against the reference.
 
-Goldens come from tools/reference/golden_audio.py: ``audio_utils.npz`` runs the functions of
+Goldens come from tools/reference/goldens.py audio: ``audio_utils.npz`` runs the functions of
 omnivoice/utils/audio.py, ``audio_pipeline.npz`` runs ``OmniVoice.create_voice_clone_prompt`` and
 ``OmniVoice._decode_and_post_process`` themselves (on a stub whose codec records its input).
 """

@@ -29,7 +29,7 @@ def golden(tiny_checkpoint) -> dict:
     g = dict(np.load(GOLDEN))
     sha = hashlib.sha256((tiny_checkpoint / "audio_tokenizer" / "model.safetensors").read_bytes()).hexdigest()
     assert json.loads(str(g["meta_json"]))["audio_tokenizer_sha256"] == sha, \
-        "codec_tiny.npz is stale: see tools/reference/golden_codec.py"
+        "codec_tiny.npz is stale: see tools/reference/goldens.py codec"
     return g
 
 

@@ -10,7 +10,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "..", "golden")
-REGENERATE = ".venv-ref/bin/python tools/reference/golden_generate.py"
+REGENERATE = ".venv-ref/bin/python tools/reference/goldens.py generate"
 
 # fake_lm.py sits beside the tests and is shared with the golden script.
 if HERE not in sys.path:

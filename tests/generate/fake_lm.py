@@ -1,6 +1,6 @@
 """A small deterministic stand-in for the OmniVoice LM, shared by our tests and the reference side.
 
-Pure numpy and free of ``omnivoice`` imports: ``tools/reference/golden_generate.py`` loads this
+Pure numpy and free of ``omnivoice`` imports: ``tools/reference/goldens.py generate`` loads this
 file by path inside the reference's venv, so both sides compute the same logits from the same
 weights. The weights come from a counter-based hash (splitmix64 of the element index), not from a
 numpy random generator, so they are bit-identical on any numpy version.

@@ -1,6 +1,6 @@
 """The MaskGIT loop against the reference's ``_generate_iterative`` run on the same fake LM.
 
-Golden: tests/golden/generate_loop.npz (tools/reference/golden_generate.py). Deterministic cases
+Golden: tests/golden/generate_loop.npz (tools/reference/goldens.py generate). Deterministic cases
 must agree token for token at every step; stochastic cases ran the reference on our re-created
 CUDA generator, so they must agree too (draw order, sizes and offsets included). Invariants of
 the stochastic mode are checked on fresh seeds.
@@ -39,7 +39,7 @@ _GOLDEN = os.path.join(os.path.dirname(__file__), "..", "golden", "generate_loop
 def _cases() -> list[dict]:
     if not os.path.exists(_GOLDEN):
         raise FileNotFoundError(
-            f"{_GOLDEN} is missing; regenerate it with `.venv-ref/bin/python tools/reference/golden_generate.py`"
+            f"{_GOLDEN} is missing; regenerate it with `.venv-ref/bin/python tools/reference/goldens.py generate`"
         )
     with np.load(_GOLDEN) as z:
         return json.loads(str(z["cases_json"]))

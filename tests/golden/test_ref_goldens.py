@@ -1,6 +1,6 @@
 """The reference goldens (ref_*.npz) are internally consistent and match today's tiny checkpoint.
 
-They are produced by tools/reference/make_goldens.py; the tests here catch a stale or damaged golden before
+They are produced by tools/reference/goldens.py pipeline; the tests here catch a stale or damaged golden before
 another area's parity test draws wrong conclusions from it.
 """
 
@@ -47,7 +47,7 @@ def tiny_checkpoint_hash(tmp_path_factory) -> str:
 def test_golden_matches_current_tiny_checkpoint(case, tiny_checkpoint_hash):
     _, meta = _load(case)
     assert meta["checkpoint_sha256"] == tiny_checkpoint_hash, (
-        f"ref_{case}.npz was made from another tiny checkpoint; rerun python3 tools/reference/make_goldens.py")
+        f"ref_{case}.npz was made from another tiny checkpoint; rerun python3 tools/reference/goldens.py pipeline")
     assert meta["settings"]["class_temperature"] == 0.0 and meta["settings"]["position_temperature"] == 0.0
 
 

@@ -6,7 +6,7 @@ comparisons use TF32-sized tolerances there, and exact codes are asked of the en
 
 Goldens: tests/golden/codec_tiny.npz, regenerated with
     python3 tools/make_checkpoint.py --preset tiny --seed 0 -o /tmp/ckpt-tiny
-    .venv-ref/bin/python tools/reference/golden_codec.py /tmp/ckpt-tiny -o tests/golden/codec_tiny.npz
+    .venv-ref/bin/python tools/reference/goldens.py codec /tmp/ckpt-tiny -o tests/golden/codec_tiny.npz
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from omnivoice.models import codec as model
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "codec_tiny.npz"
 REGENERATE = ("python3 tools/make_checkpoint.py --preset tiny --seed 0 -o /tmp/ckpt-tiny && "
-              ".venv-ref/bin/python tools/reference/golden_codec.py /tmp/ckpt-tiny -o tests/golden/codec_tiny.npz")
+              ".venv-ref/bin/python tools/reference/goldens.py codec /tmp/ckpt-tiny -o tests/golden/codec_tiny.npz")
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:

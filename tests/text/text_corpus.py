@@ -1,4 +1,4 @@
-"""Multilingual tokenizer test corpus (plain data; tools/reference/golden_text.py loads it by path).
+"""Multilingual tokenizer test corpus (plain data; tools/reference/goldens.py text loads it by path).
 
 CORPUS holds hand-picked strings; random_texts(seed, n) makes random mixtures of the same ingredients.
 """

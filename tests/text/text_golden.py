@@ -1,4 +1,4 @@
-"""Helpers shared by the text tests: golden loading (tests/golden/text_*, written by tools/reference/golden_text.py)."""
+"""Helpers shared by the text tests: golden loading (tests/golden/text_*, written by tools/reference/goldens.py text)."""
 
 import json
 import os
@@ -8,11 +8,11 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-REGEN = ".venv-ref/bin/python tools/reference/golden_text.py"
+REGEN = ".venv-ref/bin/python tools/reference/goldens.py text"
 
 
 def load_golden_json(name):
-    """A text golden written by tools/reference/golden_text.py."""
+    """A text golden written by tools/reference/goldens.py text."""
     path = os.path.join(GOLDEN, name)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} is missing; regenerate the text goldens with: {REGEN}")
@@ -21,7 +21,7 @@ def load_golden_json(name):
 
 
 def load_golden_npz(name):
-    """A text golden .npz written by tools/reference/golden_text.py."""
+    """A text golden .npz written by tools/reference/goldens.py text."""
     path = os.path.join(GOLDEN, name)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} is missing; regenerate the text goldens with: {REGEN}")
