@@ -201,7 +201,7 @@ class SchedulerPool:
     A scheduler is sized for a node budget (its split context alone is 6.7 KB a node) and holds its graph's
     compute buffers. The serving engine builds an LM graph whenever its batch changes: making and freeing a
     scheduler, and its buffers' allocation and release, were a sixth of such a build; kept, with the padded rows
-    zeroed on the device (weights.Zeros), the build is that much shorter (tools/graph_build_time.py,
+    zeroed on the device (weights.Zeros), the build is that much shorter (tools/op_profile.py build,
     BENCHMARKS.md). A kept
     scheduler is reset and takes the next graph of at most its budget; its buffers grow where that graph needs more.
     `max_kept` 0 keeps none (Runtime's default on the CPU); the kept ones' buffers (`size_of` a scheduler) hold
