@@ -15,13 +15,32 @@
 Reports, per weight type: cosine and max |error| of the step-0 conditional logits (target window) against the
 reference's float32 logits, the share of teacher-forced MaskGIT choices (positions and tokens of every
 step, fed the reference's own input of that step) that equal the reference's, and the LM file's size.
+
+--ways: an F32 LM on a backend, named each way a user names it, against the tiny checkpoint's goldens (the
+reference's free-running greedy tokens of auto, design and clone, tests/golden/ref_*.npz; no --ref):
+
+    python3 tools/make_checkpoint.py --preset tiny --seed 0 -o /tmp/ckpt-tiny
+    python3 tools/lm_parity_full.py --ways --checkpoint /tmp/ckpt-tiny --backend vulkan [--json OUT]
+
+Each way runs in a process of its own, since a process fixes its Vulkan arithmetic when it creates the device:
+  file        OmniVoice(model=the F32 GGUF, codec=...), no quant: the default this check is about
+  folder      a folder holding only the F32 GGUF and the codec
+  checkpoint  the checkpoint with quant="f32" (converted into a cache of its own)
+  f16         the F32 GGUF with exact_f32=False: Vulkan's F16 shaders, for contrast
+Per way: the runtime's load-line label (`vulkan:0 (..., F32 arithmetic)`), exact_f32, and per case the share of
+the greedy tokens equal to the reference's and the step-0 logits' largest error on the reference's top 8
+(relative to their largest). One JSON line per way, then a summary; exit status 1 when a way other than f16 is
+not on F32 arithmetic or not token-exact.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MASK = 1024
+CASES = ("auto", "design", "clone")  # the tiny checkpoint's goldens
+WAYS = ("file", "folder", "checkpoint", "f16")
 
 
 def convert(checkpoint: Path, out: Path, quant: str) -> tuple[Path, Path]:
@@ -91,10 +112,85 @@ def run(args) -> list[dict]:
     return rows
 
 
+def one_way(way: str, ckpt: Path, gguf: Path, backend: str, work: Path) -> dict:
+    """--ways, in a process of its own: load the F32 LM the `way` names and measure it against the goldens (this
+    process's Vulkan arithmetic is fixed by it)."""
+    from omnivoice import OmniVoice
+    from omnivoice.codec.voice import VoicePrompt
+    from omnivoice.runners.lm import LMInput
+    from tests.parity.test_pipeline_parity import load, n_calls, options
+
+    lm, codec = convert(ckpt, gguf, "f32")
+    if way == "folder":
+        folder = work / "folder"
+        folder.mkdir(exist_ok=True)
+        for f in (lm, codec):
+            if not (folder / f.name).exists():
+                (folder / f.name).symlink_to(f)
+        kwargs = dict(model=str(folder))
+    elif way == "checkpoint":
+        os.environ["OMNIVOICE_CACHE"] = str(work / "cache")
+        kwargs = dict(model=str(ckpt), quant="f32")
+    else:
+        kwargs = dict(model=str(lm), codec=str(codec), exact_f32=False if way == "f16" else None)
+    out: dict = {"way": way}
+    with OmniVoice(backend=backend, **kwargs) as ov:
+        out.update(label=ov.runtime.label, exact_f32=ov.runtime.exact_f32, model=ov.model_path.name, cases={})
+        for case in CASES:
+            d, meta = load(case)
+            kw = options(meta)
+            if meta["settings"]["mode"] == "clone":
+                kw.update(voice=VoicePrompt(d["ref_codes"].astype(np.int32), meta["calls"][0]["ref_text"],
+                                            meta["post_ref_rms"]))
+            res = ov.synthesize(meta["settings"]["text"], **kw)
+            equal = total = 0
+            for k, tok in enumerate(res.tokens):
+                want = d[f"call{k}_tokens"].astype(np.int32)
+                equal += int((tok == want).sum()) if tok.shape == want.shape else 0
+                total += want.size
+            ids, mask = d["call0_cond_ids"], d["call0_cond_audio_mask"]
+            T = d["call0_uncond_ids"].shape[1]
+            with ov.lm.session([LMInput(ids, mask, T)], 2.0, greedy=True, with_logits=True) as s:
+                r = s.step([ids[:, -T:]])[0]
+            top_idx, top_val = d["call0_logits_cond_top_idx"], d["call0_logits_cond_top_val"]
+            got = np.take_along_axis(r["cond_logits"], top_idx.astype(np.int64), -1)
+            out["cases"][case] = {"tokens_equal": equal / total, "chunks": n_calls(d),
+                                  "step0_logits_rel_err": float(np.abs(got - top_val).max() / np.abs(top_val).max())}
+    return out
+
+
+def ways(args) -> int:
+    """--ways: every way in a process of its own (OMNIVOICE_EXACT_F32 unset: the default, not the tests'), then the
+    summary; 0 when every way but f16 ran on F32 arithmetic and gave the goldens' tokens."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="f32-ways-") as tmp:
+        for way in WAYS:
+            env = {k: v for k, v in os.environ.items() if k != "OMNIVOICE_EXACT_F32"}
+            r = subprocess.run([sys.executable, __file__, "--ways", "--checkpoint", str(args.checkpoint),
+                                "--gguf-dir", str(args.gguf_dir), "--backend", args.backend, "--one", way,
+                                "--work", tmp], env=env, capture_output=True, text=True)
+            line = r.stdout.strip().splitlines()[-1:] if r.returncode == 0 else []
+            res = json.loads(line[0]) if line else {"way": way, "error": r.stderr.strip()[-1500:]}
+            print(json.dumps(res), flush=True)
+            results.append(res)
+    ok = all("error" not in r and r["exact_f32"] and all(c["tokens_equal"] == 1.0 for c in r["cases"].values())
+             for r in results if r["way"] != "f16")
+    if args.json:
+        args.json.write_text(json.dumps({"ok": ok, "backend": args.backend, "ways": results}, indent=1) + "\n")
+    print(json.dumps({"ok": ok, "tokens_equal": {r["way"]: {c: v["tokens_equal"] for c, v in r.get("cases", {}).items()}
+                                                 for r in results}}))
+    return 0 if ok else 1
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", type=Path, required=True)
-    p.add_argument("--ref", type=Path, required=True, help="run_reference.py generate output (.npz)")
+    p.add_argument("--ref", type=Path, help="run_reference.py generate output (.npz); required but with --ways")
+    p.add_argument("--ways", action="store_true",
+                   help="an F32 LM named each way (file, folder, checkpoint; f16 shaders) against the tiny "
+                        "checkpoint's goldens")
+    p.add_argument("--one", choices=WAYS, help=argparse.SUPPRESS)  # --ways: a child process, one way
+    p.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--gguf-dir", type=Path, help="where conversions go (default CHECKPOINT-gguf)")
     p.add_argument("--backend", default="cpu")
     p.add_argument("--quants", default="f32,f16,bf16,q8_0",
@@ -104,7 +200,15 @@ def main() -> int:
     p.add_argument("--flash", action="store_true", help="use flash attention where the backend has it")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
-    args.gguf_dir = args.gguf_dir or Path(str(args.checkpoint).rstrip("/") + "-gguf")
+    args.checkpoint = args.checkpoint.resolve()
+    args.gguf_dir = (args.gguf_dir or Path(str(args.checkpoint).rstrip("/") + "-gguf")).resolve()
+    if args.ways:
+        if args.one:
+            print(json.dumps(one_way(args.one, args.checkpoint, args.gguf_dir, args.backend, args.work)), flush=True)
+            return 0
+        return ways(args)
+    if args.ref is None:
+        p.error("--ref is required (but with --ways)")
     rows = run(args)
     print("\n| weights | LM file MiB | backend | logits cosine | max abs err (scale) | teacher-forced equal "
           "| ms/step |")
