@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import socket
-import sys
 import time
 
 import httpx
@@ -15,12 +14,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from .conftest import API_KEY, ROOT, start_server, stop_server
+from tests.fixtures.sockets import closed_by_server
 
-sys.path.insert(0, str(ROOT / "tools"))
-from fuzz_http import closed_by_server  # noqa: E402  (the hostile-HTTP fuzzer's check, tools/fuzz_http.py)
-
-sys.path.pop(0)
+from .conftest import API_KEY, start_server, stop_server
 
 
 def _log_since(server, start: int) -> str:
