@@ -45,7 +45,7 @@
 #           no part runs on CUDA and no CUDA build is carried (else its Vulkan module as for vulkan), then an F32 LM
 #           named each way a user names it (file, folder, checkpoint with quant f32) and, for contrast, the same
 #           file with the F16 shaders: the load line's arithmetic and the greedy tokens of auto, design and clone
-#           against the reference's goldens (tools/lm_parity_full.py --ways on the tiny checkpoint; every way but
+#           against the reference's goldens (tools/parity.py lm --ways on the tiny checkpoint; every way but
 #           f16 must say "F32 arithmetic" and give 100 %), --list-devices, the CLI's load line, and tests/parity on
 #           Vulkan with OMNIVOICE_EXACT_F32=0, where only the F32 file itself asks for F32 arithmetic
 #   ray     on two GPUs (nvidia-h200-x2; carry .whl-ray from RAY=1 prepare_carry.sh): python -m omnivoice.batch
@@ -328,7 +328,7 @@ if part vulkan && fits 200 "vulkan"; then
   for exact in 1 0; do
     fits 50 "Vulkan parity (exact $exact)" || break
     stamp "Vulkan F32 parity, OMNIVOICE_EXACT_F32=$exact"
-    OMNIVOICE_EXACT_F32=$exact timeout $(( $(left) - 5 )) python3 tools/lm_parity_full.py --checkpoint "$CKPT" \
+    OMNIVOICE_EXACT_F32=$exact timeout $(( $(left) - 5 )) python3 tools/parity.py lm --checkpoint "$CKPT" \
       --gguf-dir "$W/gguf" --ref .devcarry/ref_auto5.npz --backend vulkan --flash --quants f32 \
       --json "$R/parity-vulkan-$exact.json" 2>&1 | grep -v '^{' | tail -4
   done
@@ -343,7 +343,7 @@ if part vulkan_f32 && fits 200 "vulkan_f32"; then
   python3 -m omnivoice.tts --list-devices | tee "$R/devices.txt"
   wait $tiny_pid || { tail -20 "$R/checkpoint-tiny.log"; exit 1; }
   stamp "F32 LM by file, folder and checkpoint, and with the F16 shaders"
-  timeout $(( $(left) / 2 )) python3 tools/lm_parity_full.py --ways --checkpoint "$TINY" --backend vulkan \
+  timeout $(( $(left) / 2 )) python3 tools/parity.py lm --ways --checkpoint "$TINY" --backend vulkan \
     --json "$R/vulkan_f32.json"
   echo "check exit status: $?"
   stamp "the load line of the CLI (F32 file, no --quant)"

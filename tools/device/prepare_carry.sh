@@ -13,7 +13,7 @@
 #              patched it (vendor/ggml/patches; its stamp names them, so delete the tar after a patch changes),
 #              less the backends the device does not build (the pinned 77 MB sdist does not fit a call)
 #   .devcarry/ref_auto5.npz     the PyTorch reference's dump of a 5 s auto-voice generate() on the full seed-0
-#              checkpoint (tools/lm_parity_full.py compares step-0 logits and MaskGIT choices against it)
+#              checkpoint (tools/parity.py lm compares step-0 logits and MaskGIT choices against it)
 #   .devcarry/cudalib  (CUDA=1) ggml's CUDA backend (sm_90) built here, so that the H200 skips its ~4-minute
 #              build (CUDA_LIB_ARCHIVE=.devcarry/cudalib); ~35 minutes on 2 cores (build_cuda below)
 #   .whl-ray   (RAY=1) Ray for the device's Python 3.12 without its Java jars, rllib and the dashboard's web

@@ -161,11 +161,11 @@ if part profile; then  # where an LM step's and a decode's time goes, op by op (
 fi
 
 # 3b. With PARITY=1 (carry .devcarry/ref_auto5.npz, tools/device/prepare_carry.sh): each type's step-0 logits and
-# teacher-forced choices against the reference's float32 dump (tools/lm_parity_full.py), e.g. to check a layout
+# teacher-forced choices against the reference's float32 dump (tools/parity.py lm), e.g. to check a layout
 # this CPU's build adds (AMX).
 if [ "${PARITY:-0}" = 1 ]; then
   log "teacher-forced parity ($QUANTS)"
-  timeout $(( $(left) / 4 )) python3 tools/lm_parity_full.py --checkpoint "$W/ckpt" --gguf-dir "$W/gguf-cpu" \
+  timeout $(( $(left) / 4 )) python3 tools/parity.py lm --checkpoint "$W/ckpt" --gguf-dir "$W/gguf-cpu" \
     --ref .devcarry/ref_auto5.npz --backend cpu --flash --quants "$QUANTS" --json "$OUT/xeon-parity.jsonl" 2>&1 |
     tail -8 | tee "$OUT/xeon-parity.md"
 fi

@@ -1364,7 +1364,7 @@ def _version(md, package: str) -> str | None:
 
 def codec(args: argparse.Namespace) -> int:
     """The reference codec's outputs for the codec parity tests (tests/golden/codec_tiny.npz on the tiny
-checkpoint; on the full-size codec tools/codec_parity_full.py makes its own with --codec-only and longer clips).
+checkpoint; on the full-size codec tools/parity.py codec makes its own with --codec-only and longer clips).
 
 It loads the reference (`OmniVoice.from_pretrained`, float32, CPU; with --codec-only transformers'
 HiggsAudioV2TokenizerModel from CHECKPOINT/audio_tokenizer alone, the voice-clone prompt fields left out) and
