@@ -83,7 +83,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 import numpy as np  # noqa: E402
 
 import fuzz_formats as F  # noqa: E402
-from tests.fixtures.sockets import closed_by_server  # noqa: E402
+from tests.fixtures.servers import closed_by_server, free_port, stop_process  # noqa: E402
 
 TARGETS = ("lm-gguf", "codec-gguf", "wav", "srt", "rvq", "safetensors")
 OUTCOMES = ("accepted", "clean error", "exit 1", "native crash", "hang", "exit 3")
@@ -423,12 +423,6 @@ API_KEY = "fuzz-key"
 HEADER_TIMEOUT, BODY_TIMEOUT = 2.0, 2.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class HttpTarget:
     """The server under attack: started on a free loopback port, its log in `log`."""
 
@@ -478,13 +472,7 @@ class HttpTarget:
             return None
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        return self.proc.wait()
+        return stop_process(self.proc)
 
 
 def _status(answer: bytes) -> int | None:

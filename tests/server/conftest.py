@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 import soundfile as sf
 
 from tests.backend import BACKEND
+from tests.fixtures.servers import free_port, stop_process
 from tests.golden_paths import GOLDEN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,12 +58,6 @@ class Server:
         return 0.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(tiny_gguf, folder: Path, *args: str, api_key: str | None = None, wait: bool = True,
                  open_files: int | None = None) -> Server:
     """`open_files`: the server's open-file limit (soft and hard), as `ulimit -n` sets it."""
@@ -100,14 +94,7 @@ def wait_ready(server: Server, timeout: float = 180) -> None:
 
 
 def stop_server(server: Server) -> int:
-    if server.proc.poll() is None:
-        server.proc.terminate()
-        try:
-            server.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait()
-    return server.proc.returncode
+    return stop_process(server.proc)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.fixtures.sockets import closed_by_server
+from tests.fixtures.servers import closed_by_server
 
 from .conftest import API_KEY, start_server, stop_server
 
