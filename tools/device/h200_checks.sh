@@ -443,7 +443,7 @@ if part cuda_wheel && fits 420 "cuda_wheel"; then
   # the wheel's build replaces omnivoice/ggml/_lib: this machine's own build is put back after it
   rm -rf "$W/lib-kept"; [ -d omnivoice/ggml/_lib ] && cp -a omnivoice/ggml/_lib "$W/lib-kept"
   WHEEL_CMAKE_ARGS=${WHEEL_CMAKE_ARGS:--DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}}
-  stamp "wheel: $WHEEL_CMAKE_ARGS, with every x86 level of the CPU backend"
+  stamp "wheel: CMAKE_ARGS=$WHEEL_CMAKE_ARGS (and the CPU backend for every x86 level, unless they say otherwise)"
   PYTHONPATH=$W/wheel-tools${PYTHONPATH:+:$PYTHONPATH} PATH=$W/wheel-tools/bin:$PATH CMAKE_ARGS=$WHEEL_CMAKE_ARGS \
     AUDITWHEEL_EXCLUDE="libcuda.so.1 libcudart.so.* libcublas.so.* libcublasLt.so.*" \
     timeout $(( $(left) - 60 )) python3 tools/wheel.py build --no-isolation --out "$W/dist" \
@@ -456,7 +456,7 @@ print('wheel', r['wheel'].rsplit('/', 1)[1], r['bytes'], 'bytes,', r['mib'], 'Mi
 print('CPU modules', len(r['cpu_modules']), '| kernel levels', r['ops_levels'], '| grafted', r['grafted']);
 print('libraries', [n.rsplit('/', 1)[1] for n in r['libraries']])"
   wait $tiny_pid || { tail -20 "$R/checkpoint-tiny.log"; exit 1; }
-  stamp "the wheel in a fresh venv (--no-index, no compiler on PATH) speaks on the GPU"
+  stamp "the wheel in a fresh venv (--no-index, no compiler on PATH) speaks on $BACKEND"
   # the wheelhouse: .whl for what the image lacks (gguf, soundfile, cffi), the image's numpy and scipy inherited
   timeout $(( $(left) - 5 )) python3 tools/wheel.py check "$W"/dist/*manylinux*.whl --wheelhouse .whl \
     --backend "$BACKEND" --inherit-site --work "$W/wheel-check" --json "$R/cuda_wheel-check.json" \
