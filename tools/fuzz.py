@@ -3,6 +3,7 @@
 
     python tools/fuzz.py --work /tmp/fuzz                       # the long run: the table of docs/ROBUSTNESS.md
     python tools/fuzz.py --work /tmp/fuzz --ci                  # the short run of tests/robustness/test_fuzz.py
+    python tools/fuzz.py --work /tmp/fuzz --ci --targets wav --first 30 --cases 30   # a part of it
     python tools/fuzz.py --work /tmp/fuzz --replay wav:17       # one case again, as a plain subprocess
     python tools/fuzz.py --work /tmp/fuzz --http                # hostile HTTP against a server (below)
 
@@ -646,6 +647,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated subset of {', '.join(TARGETS)}")
     ap.add_argument("--ci", action="store_true", help="the short run's case counts")
     ap.add_argument("--cases", type=int, help="cases per target (default: the long run's counts, or --ci's)")
+    ap.add_argument("--first", type=int, default=0, metavar="N",
+                    help="start at case number N of each target: the same cases as a run from 0 (a run in parts)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=2, help="children at a time (default 2)")
     ap.add_argument("--mem-gib", type=float,
@@ -701,7 +704,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind through run_cases' cleanup
     server = Server(ctx, args.mem_gib, args.timeout)
     plan = CI if args.ci else LONG
-    cases = (make_case(ctx, t, i, args.seed) for t in targets for i in range(args.cases or plan[t]))
+    cases = (make_case(ctx, t, i, args.seed) for t in targets
+             for i in range(args.first, args.first + (args.cases or plan[t])))
     run_cases(server, cases, args.jobs, 10 * args.timeout, on_result)
     took = time.monotonic() - t0
     print(table(counts, left))
