@@ -95,25 +95,25 @@ def test_a_client_that_hangs_up_before_its_whole_response_cancels_its_work(serve
     _wait_idle(server)
 
 
-@pytest.mark.slow
+def _packed(server) -> tuple[float, float]:
+    """The engine's LM steps so far, and the requests in them summed: equal while it runs one at a time."""
+    return server.metric("omnivoice_engine_steps_total"), server.metric("omnivoice_engine_packed_requests_total")
+
+
 def test_requests_in_flight_together_share_the_engine(server):
-    """Four requests sent at once: some sample of /health sees two or more of them active at the same time
-    (a server that runs one at a time never does)."""
+    """Four requests sent at once: the engine's steps hold more requests than there are steps, so some step
+    packed two or more of them (a server that runs one at a time adds as many requests as steps)."""
     _wait_idle(server)
-    bodies = [{"model": "tts-1", "input": " ".join(f"Request {k} says sentence {i}." for i in range(6)),
-               "response_format": "pcm", "speed": 1.0, "seed": k, "num_step": 48} for k in range(4)]
-    peak = 0
-    with ThreadPoolExecutor(4) as pool, server.client() as c:
-        futures = [pool.submit(_say, server, body) for body in bodies]
-        while not all(f.done() for f in futures):
-            peak = max(peak, c.get("/health").json()["active"])
-            time.sleep(0.02)
-        for f in futures:
-            f.result()
-    assert peak >= 2, "no two requests were ever generated together"
+    steps0, packed0 = _packed(server)
+    bodies = [{"model": "tts-1", "input": " ".join(f"Request {k} says sentence {i}." for i in range(3)),
+               "response_format": "pcm", "speed": 1.0, "seed": k, "num_step": 16} for k in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        audio = [a for _, a in pool.map(lambda body: _say(server, body), bodies)]
+    assert all(audio)
+    steps, packed = _packed(server)
+    assert steps > steps0 and packed - packed0 > steps - steps0, "no two requests were ever generated together"
 
 
-@pytest.mark.slow  # a long-form stream on the CPU
 def test_a_short_request_finishes_during_a_long_stream(server):
     """A short request sent once a long stream has begun is answered while the stream still runs: it joins
     the running batch rather than waiting for the long one to end."""
@@ -124,7 +124,9 @@ def test_a_short_request_finishes_during_a_long_stream(server):
         assert _say(server, short)[1]
         return time.monotonic()
 
-    body = {"model": "tts-1", **SLOW, "stream_format": "audio"}
+    # 8 sentences of 32 steps: after the first audio, about 50 times the short request's 4 steps are left
+    body = {"model": "tts-1", "input": " ".join(f"Sentence number {i} is here." for i in range(8)),
+            "response_format": "pcm", "num_step": 32, "stream_format": "audio"}
     with ThreadPoolExecutor(1) as pool, server.client() as c, \
             c.stream("POST", "/v1/audio/speech", json=body) as r:
         assert r.status_code == 200
