@@ -28,7 +28,10 @@ C clients each send --requests streamed requests (stream_format audio, pcm) of o
 drawn from a word list with --text-seed (every client its own texts, the same on every run and every server):
   closed          each client sends its next request as soon as its last one has ended (no pause)
   conversational  each client plays its audio in real time before its next request (a voice agent): it waits
-                  until the audio it received has played, counted from its first byte (not after its last)
+                  until the audio it received has played, counted from its first byte (not after its last);
+                  the clients join at random times over the first --ramp-s seconds (default 5, about one
+                  sentence's playback: users of a voice service do not all start in the same millisecond;
+                  --ramp-s 0 is a burst, where first audio is the closed loop's at the same count)
 Reported per load and count: first audio p50 / p90 / p99 (from sending to the first byte), audio seconds per
 wall second, request latency p50, failed requests (errors) and 503 answers (rejected; the client waits the
 Retry-After, at most --max-retry-after s, and sends its next request).
@@ -48,6 +51,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import re
 import socket
 import statistics
@@ -358,16 +362,21 @@ async def concurrent(target, body: dict, clients: int, requests: int, warmup: bo
 
 
 async def streaming_load(target, body: dict, load: str, clients: int, requests: int, seed: int,
-                         max_retry_after: float) -> dict:
+                         max_retry_after: float, ramp_s: float = 0.0) -> dict:
     """`clients` clients of `requests` streamed one-sentence requests each (texts of sentence_texts, the client's
-    own), closed loop or conversational (`load`): first audio percentiles, audio s per s, errors and 503s."""
+    own), closed loop or conversational (`load`): first audio percentiles, audio s per s, errors and 503s. A
+    conversational client joins after a delay drawn uniformly from [0, ramp_s) (seeded: the same on every run)."""
     firsts, latencies, audio, errors, rejected, paused = [], [], [], [], 0, []
+    samples = []  # per answered request: client, when it was sent (s from the load's start), words, first audio, audio
     before = await target.engine_counters()
 
     async def client(w: int) -> None:
         nonlocal rejected
         texts = sentence_texts(seed * 100_003 + w, requests)
+        if load == "conversational" and ramp_s > 0:
+            await asyncio.sleep(random.Random(seed * 100_003 + w).uniform(0.0, ramp_s))
         for i, text in enumerate(texts):
+            sent = time.perf_counter() - t0
             r = await target.stream_once({**body, "input": text, "seed": w * 1000 + i})
             if r["status"] == 503:
                 rejected += 1
@@ -379,6 +388,7 @@ async def streaming_load(target, body: dict, load: str, clients: int, requests: 
             firsts.append(r["first_audio_s"])
             latencies.append(r["total_s"])
             audio.append(r["audio_s"])
+            samples.append([w, round(sent, 4), len(text.split()), round(r["first_audio_s"], 4), round(r["audio_s"], 3)])
             if load == "conversational" and i < len(texts) - 1:  # the audio plays from its first byte on, in
                 pause = max(0.0, r["first_audio_s"] + r["audio_s"] - r["total_s"])  # real time
                 paused.append(pause)
@@ -393,6 +403,8 @@ async def streaming_load(target, body: dict, load: str, clients: int, requests: 
             "first_audio_p50_s": percentile(firsts, 0.5), "first_audio_p90_s": percentile(firsts, 0.9),
             "first_audio_p99_s": percentile(firsts, 0.99), "first_audio_max_s": max(firsts, default=float("nan")),
             "latency_p50_s": percentile(latencies, 0.5), "paused_s": sum(paused),
+            "ramp_s": ramp_s if load == "conversational" else 0.0,
+            "samples": {"columns": ["client", "sent_s", "words", "first_audio_s", "audio_s"], "rows": samples},
             "engine": engine_share(before, await target.engine_counters(), wall)}
 
 
@@ -404,7 +416,7 @@ async def measure(target, args) -> tuple[dict, list[dict], list[dict], list[dict
     for load in (x for x in args.loads if x != "whole"):
         for c in args.clients:
             streams.append(await streaming_load(target, body, load, c, args.requests, args.text_seed,
-                                                args.max_retry_after))
+                                                args.max_retry_after, args.ramp_s))
             r = streams[-1]
             print(f"  {load}, {c} clients: first audio p50 {r['first_audio_p50_s'] * 1000:.0f} ms, p99 "
                   f"{r['first_audio_p99_s'] * 1000:.0f} ms, {r['audio_s_per_s']:.2f} audio s/s, {r['errors']} errors, "
@@ -583,6 +595,9 @@ def main(argv=None) -> int:
                         "(streamed one-sentence requests: closed loop, or clients that play their audio in real "
                         "time before the next); default whole")
     p.add_argument("--text-seed", type=int, default=0, help="seed of the streaming loads' texts (default 0)")
+    p.add_argument("--ramp-s", type=float, default=5.0,
+                   help="conversational clients join at random times over this many seconds (default 5; 0: all "
+                        "at once)")
     p.add_argument("--max-retry-after", type=float, default=2.0,
                    help="a client answered 503 waits its Retry-After, at most this many seconds (default 2)")
     p.add_argument("--label", help="a name for this run (e.g. the tree), in the JSON and the tables")
@@ -615,6 +630,8 @@ def main(argv=None) -> int:
     unknown = set(args.loads) - {"whole", "closed", "conversational"}
     if unknown:
         p.error(f"--loads: unknown {', '.join(sorted(unknown))}; expected whole, closed, conversational")
+    if not args.ramp_s >= 0:
+        p.error(f"--ramp-s: expected seconds >= 0, got {args.ramp_s}")
     args.loadavg = os.getloadavg()
     proc = None
     if not args.url and not args.in_process:

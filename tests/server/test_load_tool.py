@@ -69,7 +69,7 @@ def test_load_tool_streaming_loads_over_http(server, tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "server_load.py"), "--url", server.url,
                         "--api-key", API_KEY, "--clients", "1,2", "--requests", "2", "--ttfb-repeats", "0",
                         "--ws-repeats", "0", "--num-step", "1", "--loads", "closed,conversational",
-                        "--label", "tree", "--json", str(out)], capture_output=True, text=True, timeout=600)
+                        "--ramp-s", "0.5", "--label", "tree", "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
     assert result["concurrency"] == [] and result["label"] == "tree"
@@ -83,4 +83,5 @@ def test_load_tool_streaming_loads_over_http(server, tmp_path):
     # a conversational client lets its audio play before its next request (not after its last): one pause a
     # client here; closed-loop clients never pause
     assert rows[0]["paused_s"] == rows[1]["paused_s"] == 0 and rows[2]["paused_s"] > 0 and rows[3]["paused_s"] > 0
+    assert [x["ramp_s"] for x in rows] == [0, 0, 0.5, 0.5]  # conversational clients join over the ramp
     assert "| tree | conversational | 2 | 4 |" in r.stdout
