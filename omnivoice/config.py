@@ -63,6 +63,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("OMNIVOICE_DEVICE_MASKGIT", "device_maskgit", lambda n, t: t != "0",
              "0: MaskGIT's choices on the host even where the device can make them (CUDA, where the build "
              "has the kernel); default 1", "OmniVoice(device_maskgit=)"),
+    Variable("OMNIVOICE_DEVICE_REQUESTS", "device_requests", lambda n, t: _count(n, t, 1) if t else None,
+             "the most greedy requests whose MaskGIT steps one run on the device takes (CUDA, where the build has "
+             "the kernel); more run on the host in two pipelined groups (default 7)",
+             "BatchEngine(device_requests=)"),
     Variable("OMNIVOICE_LM_VARIANT", "lm_variant", lambda n, t: t,
              "the LM graph's composition, e.g. none, kv_rows, qk_rope,kv_rows (models.lm.Variant; default: by "
              "backend and build)", "LanguageModel(variant=)"),
@@ -70,7 +74,7 @@ VARIABLES: tuple[Variable, ...] = (
              "1/0: a packed batch's attention in padded buckets, or one call per segment (default: padded on "
              "GPUs with flash attention)", "LanguageModel(padded_attention=)"),
     Variable("OMNIVOICE_LM_GRAPHS", "lm_graphs", lambda n, t: _count(n, t, 0) if t else None,
-             "how many closed LM graphs are kept for the next of their shape (default 8 on GPUs, 0 on the CPU)",
+             "how many closed LM graphs are kept for the next of their shape or shape class (default 16 on GPUs, 0 on the CPU)",
              "LanguageModel(max_graphs=)"),
     Variable("OMNIVOICE_PIPELINE", "pipeline", _switch,
              "1/0: the engine runs two step groups, one on the device while the host makes the other's choices "
@@ -93,6 +97,7 @@ class Config:
     exact_f32: bool = False
     cpu_products: Optional[str] = None
     device_maskgit: bool = True
+    device_requests: Optional[int] = None
     lm_variant: Optional[str] = None
     padded_attention: Optional[bool] = None
     lm_graphs: Optional[int] = None

@@ -181,7 +181,8 @@ class BatchEngine:
 
     def __init__(self, ov, max_batch: int | str = "auto", max_positions: Optional[int] = None,
                  pipeline: Optional[bool] = None, deadlines: bool = False, first_audio: float = FIRST_AUDIO_S,
-                 max_step_positions: Optional[int] = None, clock: Callable[[], float] = time.perf_counter) -> None:
+                 max_step_positions: Optional[int] = None, clock: Callable[[], float] = time.perf_counter,
+                 device_requests: Optional[int] = None) -> None:
         if not first_audio >= 0:
             raise ValueError(f"first_audio must be >= 0 seconds, got {first_audio!r}")
         if max_step_positions is not None and (isinstance(max_step_positions, bool) or
@@ -208,6 +209,15 @@ class BatchEngine:
         # the device's MaskGIT (CUDA with patch 0024) for a few greedy tasks (_on_device); OmniVoice(device_maskgit=
         # False) or OMNIVOICE_DEVICE_MASKGIT=0 switches it off in the LM
         self.device_maskgit = self.lm.device_maskgit
+        # how many tasks a device run takes at most (OMNIVOICE_DEVICE_REQUESTS); past that the host steps them in
+        # two pipelined groups
+        if device_requests is None:
+            device_requests = current().device_requests or DEVICE_MAX_REQUESTS
+        if isinstance(device_requests, bool) or not isinstance(device_requests, (int, np.integer)) or device_requests < 1:
+            raise ValueError(f"device_requests must be a positive integer, got {device_requests!r}")
+        self.device_requests = int(device_requests)
+        self.pipeline_min = (max(PIPELINE_MIN_REQUESTS, self.device_requests + 1) if self.device_maskgit
+                             else PIPELINE_MIN_REQUESTS)
         self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]
         self._member: dict[int, int] = {}   # id(task) -> group index
         self._decodes: list[_Decode] = []
@@ -383,7 +393,7 @@ class BatchEngine:
         """Put newly admitted tasks into groups: all into group 0 while few run, else each into the group with
         fewer packed positions."""
         loads = [sum(t.positions for t in self._group_tasks(i)) for i in range(len(self._groups))]
-        split = len(self._groups) > 1 and len(self.active) >= PIPELINE_MIN_REQUESTS
+        split = len(self._groups) > 1 and len(self.active) >= self.pipeline_min
         for t in tasks:
             i = int(np.argmin(loads)) if split else 0
             self._member[id(t)] = i
@@ -451,7 +461,7 @@ class BatchEngine:
 
     def _on_device(self, i: int, tasks: list[Task]) -> bool:
         """Whether group i runs its steps on the device (the fast path, where the LM has it: CUDA with patch 0024):
-        every task choosing its classes greedily, at most DEVICE_MAX_REQUESTS of them, while no other group has
+        every task choosing its classes greedily, at most device_requests of them, while no other group has
         work. The steps the tasks have left in common (all of a lone task's chunk) are then queued back to back,
         each step the packed graph's run and each task's choice on the device, and the host waits once
         (generate.batch.run_on_device); the tokens are the host loop's bit for bit (tests/models/
@@ -463,7 +473,7 @@ class BatchEngine:
         the first of its tasks finishes its chunk, where the graph is rebuilt anyway, and the engine admits it
         there (composition_changed). A run is not cut shorter: the host would wait between the pieces, which is
         what the device path saves."""
-        if not self.device_maskgit or not 0 < len(tasks) <= DEVICE_MAX_REQUESTS:
+        if not self.device_maskgit or not 0 < len(tasks) <= self.device_requests:
             return False
         if not all(t.state.greedy for t in tasks):
             return False

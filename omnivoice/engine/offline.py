@@ -78,15 +78,18 @@ def run_batch(ov, prepared: Sequence[tuple[int, SynthesisRequest, Settings]], ba
             engine.step(admit=False)
 
 
-def warm_up(ov, engine: BatchEngine, n: int = 8) -> float:
+def warm_up(ov, engine: BatchEngine, n: int = 8, lone_seconds: int = 10) -> float:
     """Run one small batch through `engine` and discard it; return the seconds it took.
 
     A process's first batch on a GPU pays once for what later batches reuse (kernels loaded on first launch,
     cuBLAS's handles and workspaces, the compute buffers' first allocations, the codec's graphs); a Ray actor or
     a server that warms up at load pays it before its first real work. The batch has `n` one-second requests
     of two MaskGIT steps (at least 8: the pipelined engine's two groups), auto, designed and cloned (a synthetic
-    one-second reference: the codec's encoder runs too), then one request alone (the device's MaskGIT on CUDA).
-    A failure here is raised: real work would fail alike.
+    one-second reference: the codec's encoder runs too), then requests alone (the device's MaskGIT on CUDA) of 1
+    to `lone_seconds` seconds with about as many words as speech of that length has: where the LM keeps graphs
+    by shape class (runners.lm.class_layout, GPUs), each builds and captures the graph that a one-sentence request
+    of its length will take, and the codec's decode graph of its length (one each for 1 to 10 s: ten graphs of
+    the LM's sixteen, eight of the codec's). A failure here is raised: real work would fail alike.
     """
     t0 = time.perf_counter()
     sr = ov.sample_rate
@@ -96,8 +99,13 @@ def warm_up(ov, engine: BatchEngine, n: int = 8) -> float:
     requests += [SynthesisRequest(instruct="female", seed=0, **common),
                  SynthesisRequest(ref_audio=(tone, sr), ref_text="Warm up.", seed=0, **common)]
     prepared = [(i, r, r.settings()) for i, r in enumerate(requests)]
-    lone = SynthesisRequest(seed=0, **common)  # alone: the device's MaskGIT where the engine takes it (CUDA)
-    for batch in (prepared, [(0, lone, lone.settings())]):
+    batches = [prepared]
+    for seconds in range(1, lone_seconds + 1 if ov.lm.shape_classes else 2):
+        # English speech runs at about 2.7 words a second (the words of a clause, its class's text length)
+        lone = SynthesisRequest(text=" ".join(["warm"] * max(1, round(2.7 * seconds))) + ".",
+                                duration=float(seconds), num_step=2, seed=0)
+        batches.append([(0, lone, lone.settings())])
+    for batch in batches:
         for _, outcome in run_batch(ov, batch, engine=engine):
             if isinstance(outcome, BaseException):
                 raise outcome

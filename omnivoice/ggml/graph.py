@@ -136,10 +136,13 @@ def write_tensor(t, array: np.ndarray, what: str = "") -> None:
 class Graph:
     """One compute graph on a runtime's backends, allocated by its own scheduler and replayable."""
 
-    def __init__(self, runtime: Runtime, max_nodes: int = DEFAULT_MAX_NODES, what: str = "the compute graph"
-                 ) -> None:
-        """`what` names the graph in an out-of-memory error ("the codec encoder's graph for 12.0 s of audio")."""
+    def __init__(self, runtime: Runtime, max_nodes: int = DEFAULT_MAX_NODES, what: str = "the compute graph",
+                 pooled: bool = True) -> None:
+        """`what` names the graph in an out-of-memory error ("the codec encoder's graph for 12.0 s of audio").
+        `pooled`: the graph may take a closed graph's scheduler (Runtime.schedulers), whose buffers keep the size
+        its last graph needed; a graph that a cache keeps for many runs asks for a new one, sized for it alone."""
         self.runtime = runtime
+        self.pooled = pooled
         self.max_nodes = max_nodes
         self.what = what
         self.ctx = new_context(max_nodes * 2, max_nodes)
@@ -218,7 +221,7 @@ class Graph:
             raise ValueError(f"graph has {n_nodes} nodes; raise max_nodes (now {self.max_nodes})")
         backends = self.runtime.backends
         # A closed graph's scheduler where one of a large enough budget is kept (Runtime.schedulers), else a new one
-        kept = self.runtime.schedulers.take(self.max_nodes)
+        kept = self.runtime.schedulers.take(self.max_nodes) if self.pooled else None
         if kept is not None:
             self._sched_nodes, self._sched = kept
         else:

@@ -79,7 +79,7 @@ class AudioCodec:
     def __init__(self, runtime: Runtime, weights: model.CodecWeights, config: model.CodecConfig, *,
                  encode_runtime: Runtime | None = None, encode_weights: model.CodecWeights | None = None,
                  window_frames: int = DEFAULT_WINDOW_FRAMES, context_frames: int = DEFAULT_CONTEXT_FRAMES,
-                 max_decode_frames: int | None = None, max_graphs: int = 2,
+                 max_decode_frames: int | None = None, max_graphs: int | None = None,
                  max_encode_samples: int = DEFAULT_MAX_ENCODE_SAMPLES, metadata: dict | None = None,
                  owns: tuple = ()) -> None:
         """Wrap loaded weights (use `load_codec`); `owns` (stores, runtimes) are closed with it.
@@ -87,7 +87,10 @@ class AudioCodec:
         The encoder runs on `encode_runtime` with `encode_weights` when given, else on `runtime` with `weights`.
         `max_decode_frames` caps the frames of sequences packed into one decode graph (default: two windows on
         a GPU, one on the CPU; the full-size decoder's graph takes ~1.1 MiB a frame; halved, down to a window,
-        where a graph does not fit in the device's memory). `metadata` is the file's,
+        where a graph does not fit in the device's memory). `max_graphs`: decode and encode graphs kept for
+        reuse (default: 8 on a GPU, where a new graph's build, allocation and CUDA graph capture cost more than a
+        one-sentence decode, so that the lengths of a server's varied requests each keep theirs; 2 on the CPU).
+        `metadata` is the file's,
         for callers that check a model and a codec belong together.
         """
         if context_frames < 0 or window_frames <= 2 * context_frames:
@@ -104,6 +107,8 @@ class AudioCodec:
             max_decode_frames = window_frames * (2 if runtime.is_gpu else 1)
         self.max_decode_frames = max(self._decode_frames_floor(), -(-int(max_decode_frames) // DECODE_ROUND_FRAMES)
                                      * DECODE_ROUND_FRAMES)
+        if max_graphs is None:
+            max_graphs = 8 if runtime.is_gpu else 2
         self.max_graphs = max(1, int(max_graphs))
         self.max_encode_samples = int(max_encode_samples)
         self._graphs: OrderedDict[tuple, Graph] = OrderedDict()
@@ -150,7 +155,7 @@ class AudioCodec:
             return g
         while len(self._graphs) >= self.max_graphs:
             self._graphs.popitem(last=False)[1].close()
-        g = Graph(runtime, what=what)
+        g = Graph(runtime, what=what, pooled=False)  # cached: buffers sized for it, not a pooled scheduler's
         try:
             build(g)
             g.allocate()

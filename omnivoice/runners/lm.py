@@ -139,7 +139,7 @@ class LanguageModel:
                  stack_projections: bool | None = None, variant: lm_graph.Variant | None = None,
                  padded_attention: bool | None = None, max_graphs: int | None = None,
                  max_graph_bytes: int | None = None, cpu_products: str | None = None,
-                 device_maskgit: bool | None = None) -> None:
+                 device_maskgit: bool | None = None, shape_classes: bool | None = None) -> None:
         """`stack_projections` (default: on GPUs) loads q/k/v and gate/up as one matrix each; the CPU
         otherwise computes on the file's memory map in place, which stacking would have to copy.
         `variant`: another composition of the graph (models.lm.Variant; qk_rope stacks the projections);
@@ -151,8 +151,11 @@ class LanguageModel:
         attends the segments of a packed batch in padded buckets (models.lm.padded_attention), a few kernels
         per layer instead of one per segment; the CPU keeps one call per segment, exact per request.
         `max_graphs` and `max_graph_bytes`: how many closed sessions' graphs are kept, and how much compute memory
-        they may hold together, for the next session of the same shape (default 8 graphs within 512 MiB on GPUs,
+        they may hold together, for the next session of the same shape (default 16 graphs within 1 GiB on GPUs,
         none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused).
+        `shape_classes` (default: where graphs are kept and attention is padded, i.e. GPUs): a session of at most
+        CLASS_MAX_PROMPTS greedy prompts takes the graph of its shape class (class_layout) rather than of its exact
+        lengths, so that requests of similar length share one kept graph.
         `cpu_products`: auto, ggml, i16, i8, amx or fma (see products_kernel). `device_maskgit` (default on;
         OMNIVOICE_DEVICE_MASKGIT=0 turns it off): MaskGIT's choices on the device where the build has the kernel."""
         self.runtime = runtime
@@ -209,9 +212,14 @@ class LanguageModel:
             # Only GPUs: there a new shape costs the graph's build and allocation, a first run and a second
             # captured into a CUDA graph, a large share of a whole 5 s request; on the CPU it is small beside
             # LM steps of a second.
-            max_graphs = env if env is not None else (8 if runtime.is_gpu else 0)
+            max_graphs = env if env is not None else (16 if runtime.is_gpu else 0)
         self.max_graphs = max(0, int(max_graphs))
-        self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 512 << 20
+        if shape_classes is None:
+            shape_classes = self.max_graphs > 0 and self.padded_attention and not self.variant.one_attention
+        if shape_classes and not (self.padded_attention and not self.variant.one_attention):
+            raise ValueError("shape classes need padded attention (flash attention, not the one_attention variant)")
+        self.shape_classes = bool(shape_classes)
+        self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 1 << 30
         self._kept: OrderedDict[tuple, list[_KeptGraph]] = OrderedDict()
         self._kept_lock = threading.Lock()
         # Patch 0024's MaskGIT step on CUDA: greedy chunks' steps queued back to back, each choice made on the
@@ -389,22 +397,36 @@ class ChunkSession:
             if p.input_ids.shape[0] != C:
                 raise ValueError(f"prompt has {p.input_ids.shape[0]} codebook rows, the model {C}")
 
-        # Packed layout: [cond_0 | uncond_0 | cond_1 | uncond_1 | ...]
+        # Packed layout: [cond_0 | uncond_0 | cond_1 | uncond_1 | ...], in a shape class a tail of rows after them
         segments, starts = [], []
         for p in self.prompts:
             Lc, T = p.input_ids.shape[1], p.n_target
             starts.append((sum(segments), sum(segments) + Lc))
             segments += [Lc, T]
-        L = sum(segments)
+        # Steps run on the device (run_on_device) where asked and possible: their ids then live on the device, where
+        # the device's choices write them. Not by default: there the ids come from the host at every step, and in
+        # the serving engine, which steps on the host, device-held ids made a lone streamed request's first audio
+        # later (BENCHMARKS.md, "Tried and did not pay").
+        self._device_loop = (device_steps and model.maskgit_step is not None and all(self.greedy)
+                             and not with_logits)
+        greedy_targets = sum(self.prompts[i].n_target for i in range(n) if self.greedy[i])
+        classed = (model.shape_classes and n <= CLASS_MAX_PROMPTS and all(self.greedy) and not with_logits)
+        padded = (model.padded_attention and not model.variant.one_attention and len(segments) > 2) or classed
+        if classed:
+            L, self._buckets = class_layout(segments)
+            S = -(-greedy_targets // CLASS_TARGETS) * CLASS_TARGETS
+        else:
+            L, self._buckets = sum(segments), (padded_buckets(segments) if padded else None)
+            S = greedy_targets
         if model.runtime.is_gpu and L > MAX_GPU_POSITIONS:  # a capacity limit: the engine halves its batch
             raise MemoryError(f"{n} prompts pack {L} positions; a graph on {model.runtime.device.spec} holds at most "
                              f"{MAX_GPU_POSITIONS} (fewer prompts per step)")
-        self.L, self.starts = L, starts
+        self.L, self.starts, self._S = L, starts, S
 
         text_ids = np.zeros(L, np.int32)
         audio_mask = np.zeros(L, np.float32)
         pos = np.zeros(L, np.int32)
-        self._ids = np.zeros((C, L), np.int64)  # unshifted ids of every position
+        self._ids = np.zeros((C, L), np.int64)  # unshifted ids of every position (a class's tail: text id 0)
         for (c0, u0), p in zip(starts, self.prompts):
             Lc, T = p.input_ids.shape[1], p.n_target
             ids = np.asarray(p.input_ids, np.int64)
@@ -419,19 +441,39 @@ class ChunkSession:
         self._audio_mask = audio_mask
         self._greedy = [i for i in range(n) if self.greedy[i]]
         self._scales = sorted({self.guidance_scale[i] for i in self._greedy})
-        # Steps run on the device (run_on_device) where asked and possible: their ids then live on the device, where
-        # the device's choices write them. Not by default: there the ids come from the host at every step, and in
-        # the serving engine, which steps on the host, device-held ids made a lone streamed request's first audio
-        # later (BENCHMARKS.md, "Tried and did not pay").
-        self._device_loop = (device_steps and model.maskgit_step is not None and all(self.greedy)
-                             and not with_logits)
-        # The constants that follow the prompts' content, not only their shape: what a kept graph is given anew
-        # (positions, row ids, head columns, guidance and padding all follow from the key).
+        # The constants that follow the prompts' content, not only the graph's shape: what a kept graph is given
+        # anew. For exact shapes that is the text and the masks (positions, row ids, head columns, guidance and
+        # padding all follow from the key); a shape class keys only the sizes, so all of them.
         content = {"text_ids": text_ids, "audio_mask": audio_mask, "text_mask": 1.0 - audio_mask}
-        key = (tuple(segments), tuple(self.greedy), tuple(self.guidance_scale), bool(with_logits), self._device_loop)
+        layout = dict(pos=pos)
+        if padded:
+            layout.update(padded_constants(self._buckets, segments, L))
+        # The greedy prompts' target columns, cond then uncond, go through the audio heads and the guided pick
+        # together: one product and a dozen ops for the whole batch rather than per prompt (on a GPU each is a
+        # kernel, and each output a copy back). A class's spare columns read row 0; their picks are not read.
+        if self._greedy:
+            pad = np.zeros(S - greedy_targets, np.int64)
+            cond = [np.arange(starts[i][0] + self.prompts[i].input_ids.shape[1] - self.prompts[i].n_target,
+                              starts[i][0] + self.prompts[i].input_ids.shape[1]) for i in self._greedy]
+            uncond = [np.arange(starts[i][1], starts[i][1] + self.prompts[i].n_target) for i in self._greedy]
+            layout["heads_index"] = np.concatenate(cond + [pad] + uncond + [pad]).astype(np.int32)
+            if len(self._scales) > 1:  # a guidance scale per column: keep = 1 + g, mix = g (spare columns g = 0)
+                per_col = np.concatenate([np.full(C * self.prompts[i].n_target, self.guidance_scale[i])
+                                          for i in self._greedy] + [np.zeros(C * len(pad))])  # float64: rounded
+                layout["guidance_keep"] = (1.0 + per_col).astype(np.float32).reshape(-1, 1)  # once, as ggml_scale's
+                layout["guidance_mix"] = per_col.astype(np.float32).reshape(-1, 1)
+        if classed:
+            content.update(layout)
+            key = ("class", L, tuple((P, len(m)) for P, m in self._buckets), S, tuple(self.greedy),
+                   tuple(self.guidance_scale), self._device_loop)
+        else:
+            key = (tuple(segments), tuple(self.greedy), tuple(self.guidance_scale), bool(with_logits),
+                   self._device_loop)
         kept = model._take_graph(key)
         if kept is not None:
-            self.graph, self.constants, self._buckets = kept.graph, kept.constants, kept.buckets
+            self.graph, self.constants = kept.graph, kept.constants
+            if not classed:
+                self._buckets = kept.buckets
             for name, value in content.items():
                 write_tensor(self.constants[name], value, name)
             self.reused, self._key = True, key
@@ -441,22 +483,23 @@ class ChunkSession:
         # Each packed segment adds its own attention nodes to every layer (plain path: 14, 16 with contiguous
         # Q and K on Vulkan; measured on the tiny model); the default node budget holds a few dozen segments of
         # the full model.
+        # A class's graph serves many sessions: its scheduler is its own, sized for it (a pooled one keeps the
+        # buffers its last graph grew, a packed batch's or a codec decode's gigabyte, and a lone graph that large
+        # is over max_graph_bytes and never kept).
         self.graph = g = Graph(model.runtime, what=f"the LM graph for {L} positions",
-                               max_nodes=max(DEFAULT_MAX_NODES, cfg.n_layer * (64 + 18 * len(segments)) + 64 * n))
+                               max_nodes=max(DEFAULT_MAX_NODES, cfg.n_layer * (64 + 18 * len(segments)) + 64 * n),
+                               pooled=not classed)
         w = model.weights
         # What stays fixed for the whole chunk lives on the device from the start, like a weight: a graph
         # input would be copied from the host again at every step.
-        consts = dict(content, pos=pos)
+        consts = dict(content, **layout)
         spans = list(zip(np.cumsum([0] + segments[:-1]).tolist(), segments))
         consts.update(variant_constants(model.variant, L, spans))
-        padded = model.padded_attention and not model.variant.one_attention and len(segments) > 2
-        self._buckets = None
         if padded:
-            self._buckets = padded_buckets(segments)
-            consts.update(padded_constants(self._buckets, segments))
             # Q, K and V scattered into the padded layout (models.lm.PaddedSegments): zeroed once, rewritten by
-            # every layer's set_rows at the real rows only.
-            R, width = sum(P * len(m) for P, m in self._buckets), cfg.head_dim * cfg.n_head_kv
+            # every layer's set_rows at the real rows only (a class's tail rows all at one spare row after them).
+            R = len(layout["pad_scatter"]) + (L > sum(segments))
+            width = cfg.head_dim * cfg.n_head_kv
             kv_dtype = np.float16 if model.flash_kv == types.F16 else np.float32
             consts["pad_q"] = Zeros(np.float32, (R, cfg.head_dim * cfg.n_head))
             consts["pad_k"] = Zeros(kv_dtype, (R, width))
@@ -464,24 +507,11 @@ class ChunkSession:
         # A lone greedy prompt's device-side MaskGIT state (run_on_device): its tokens, the steps' rows, the step
         # counter and error bits, the choice's scratch; kept with the graph like the other constants.
         if self._device_loop:
-            Ts = [p.n_target for p in self.prompts]
+            T_max = S if classed else max(p.n_target for p in self.prompts)
             # every prompt's tokens, plan rows and state, one after another; one scratch for the choices' keys, as
             # the prompts' kernels run one after another on the stream
-            consts.update(mg_tokens=Zeros(np.int32, (C * sum(Ts),)), mg_plan=Zeros(np.int32, (n * MAX_DEVICE_STEPS, 6)),
-                          mg_state=Zeros(np.int32, (2 * n,)), mg_keys=Zeros(np.int32, (C * max(Ts),)))
-        # The greedy prompts' target columns, cond then uncond, go through the audio heads and the guided pick
-        # together: one product and a dozen ops for the whole batch rather than per prompt (on a GPU each is a
-        # kernel, and each output a copy back).
-        if self._greedy:
-            cols = [np.arange(starts[i][0] + self.prompts[i].input_ids.shape[1] - self.prompts[i].n_target,
-                              starts[i][0] + self.prompts[i].input_ids.shape[1]) for i in self._greedy]
-            cols += [np.arange(starts[i][1], starts[i][1] + self.prompts[i].n_target) for i in self._greedy]
-            consts["heads_index"] = np.concatenate(cols).astype(np.int32)
-            if len(self._scales) > 1:  # a guidance scale per column: keep = 1 + g, mix = g
-                per_col = np.concatenate([np.full(C * self.prompts[i].n_target, self.guidance_scale[i])
-                                          for i in self._greedy])  # float64: rounded once, as ggml_scale's
-                consts["guidance_keep"] = (1.0 + per_col).astype(np.float32).reshape(-1, 1)
-                consts["guidance_mix"] = per_col.astype(np.float32).reshape(-1, 1)
+            consts.update(mg_tokens=Zeros(np.int32, (C * S,)), mg_plan=Zeros(np.int32, (n * MAX_DEVICE_STEPS, 6)),
+                          mg_state=Zeros(np.int32, (2 * n,)), mg_keys=Zeros(np.int32, (C * T_max,)))
         self.constants = WeightStore.from_arrays(model.runtime, consts)
         c = self.constants
         inputs = lm_graph.VariantInputs(**{n: c[n] for n in ("kv_rows", "attn_mask") if n in c})
@@ -520,7 +550,7 @@ class ChunkSession:
         """Audio heads, guidance and the greedy pick of every greedy prompt in one pass: outputs `pred` and
         `score` over their C * T targets, prompt after prompt (and each prompt's logits with_logits)."""
         cfg, w, c, C, V = self.cfg, self.model.weights, self.constants, self.cfg.n_codebook, self.cfg.audio_vocab
-        S = sum(self.prompts[i].n_target for i in self._greedy)
+        S = self._S  # the greedy targets (a class's spare columns included)
         cpu = not self.model.runtime.is_gpu
         logits = lm_graph.audio_logits(g.ctx, w, cfg, lib.ggml_get_rows(g.ctx, h, c["heads_index"]),
                                        self.model.variant)                                     # [V, C, 2S]
@@ -802,11 +832,15 @@ def padded_buckets(lengths: list[int]) -> list[tuple[int, list[int]]]:
     return buckets
 
 
-def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int]) -> dict[str, np.ndarray]:
-    """Row indices and masks of padded attention (models.lm.PaddedSegments) for segments packed in order."""
+def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int],
+                     positions: int | None = None) -> dict[str, np.ndarray]:
+    """Row indices and masks of padded attention (models.lm.PaddedSegments) for segments packed in order;
+    `positions` (default: the segments' sum) counts a shape class's tail too, whose rows all go to one spare row
+    after the buckets' (attended by nothing)."""
     starts = np.cumsum([0] + lengths[:-1])
-    L = sum(lengths)
-    rows = np.zeros(L, np.int64)   # the padded row of each packed position
+    L = sum(lengths) if positions is None else positions
+    R = sum(P * len(members) for P, members in buckets)
+    rows = np.full(L, R, np.int64)   # the padded row of each packed position
     out: dict[str, np.ndarray] = {}
     row = 0
     for b, (P, members) in enumerate(buckets):
@@ -820,6 +854,28 @@ def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int]) -
     out["pad_rows"] = rows
     # the inverse: each padded row's packed position, L (a row left out of the result) for padding
     scatter = np.full(row, L, np.int64)
-    scatter[rows] = np.arange(L)
+    real = rows < R
+    scatter[rows[real]] = np.arange(L)[real]
     out["pad_scatter"] = scatter
     return out
+
+
+# Shape classes (LanguageModel.shape_classes): sessions of up to CLASS_MAX_PROMPTS greedy prompts whose packed
+# length rounds up to the same multiple of CLASS_POSITIONS (one tail row at least), whose segments round up to the
+# same multiples of KEY_CHUNK and whose greedy targets round up to the same multiple of CLASS_TARGETS share a graph.
+# On a GPU a new graph costs its build and allocation, a first run and a second captured into a CUDA graph: for
+# one-sentence requests of varied length that was a third of a lone request's time, and the padding (a tail of
+# at most CLASS_POSITIONS rows through the products, queries up to the next KEY_CHUNK in attention) costs a
+# few per cent of a step (BENCHMARKS.md, "First audio under load"). Larger packed batches keep their exact
+# shapes: their compositions rarely repeat, and there the padding would be paid at every step.
+CLASS_MAX_PROMPTS, CLASS_POSITIONS, CLASS_TARGETS = 4, 64, 64
+
+
+def class_layout(lengths: list[int]) -> tuple[int, list[tuple[int, list[int]]]]:
+    """A shape class's packed length and padded buckets for segments packed in order: (positions, [(padded
+    length, members)]), the buckets by length, each segment in the one of its length rounded up to KEY_CHUNK."""
+    positions = -(-(sum(lengths) + 1) // CLASS_POSITIONS) * CLASS_POSITIONS
+    buckets: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        buckets.setdefault(-(-n // KEY_CHUNK) * KEY_CHUNK, []).append(i)
+    return positions, sorted(buckets.items())

@@ -22,7 +22,7 @@ def fresh(runtime, tiny_gguf):
 
 @pytest.fixture
 def keeping(runtime, tiny_gguf):
-    model = LanguageModel(runtime, tiny_gguf["f32"], max_graphs=4)
+    model = LanguageModel(runtime, tiny_gguf["f32"], max_graphs=4, shape_classes=False)
     yield model
     model.close()
 
@@ -88,7 +88,7 @@ def test_open_sessions_never_share_a_graph(keeping, rng):
 
 
 def test_the_least_recent_graphs_go_first(runtime, tiny_gguf, rng):
-    model = LanguageModel(runtime, tiny_gguf["f32"], max_graphs=2)
+    model = LanguageModel(runtime, tiny_gguf["f32"], max_graphs=2, shape_classes=False)
     try:
         prompts = [random_prompt(rng, 10, 0, t) for t in (11, 12, 13)]
         for p in prompts:
@@ -149,9 +149,128 @@ def test_out_of_memory_frees_the_kept_graphs_and_builds_again(keeping, rng, monk
 def test_default_keeps_graphs_on_gpus_only(runtime, tiny_gguf, monkeypatch):
     monkeypatch.delenv("OMNIVOICE_LM_GRAPHS", raising=False)
     model = LanguageModel(runtime, tiny_gguf["f32"])
-    assert model.max_graphs == (8 if runtime.is_gpu else 0)
+    assert model.max_graphs == (16 if runtime.is_gpu else 0)
+    assert model.shape_classes == (runtime.is_gpu and model.padded_attention)
     model.close()
     monkeypatch.setenv("OMNIVOICE_LM_GRAPHS", "3")
     model = LanguageModel(runtime, tiny_gguf["f32"])
     assert model.max_graphs == 3
     model.close()
+
+
+# ---------------------------------------------------------------------------------------------- shape classes
+def padded_model(runtime, gguf, **kw):
+    """The GPU's attention layout (padded buckets, ggml's flash attention) on this runtime; skips where the
+    runtime has no flash attention for the tiny model."""
+    from omnivoice.models.lm import Variant
+    model = LanguageModel(runtime, gguf, padded_attention=True, variant=Variant(), **kw)
+    if not model.padded_attention:
+        model.close()
+        pytest.skip(f"padded attention needs flash attention, which {runtime.device.spec} lacks for the tiny model")
+    return model
+
+
+@pytest.fixture
+def classes(runtime, tiny_gguf):
+    model = padded_model(runtime, tiny_gguf["f32"], max_graphs=4, shape_classes=True)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def exact(runtime, tiny_gguf):
+    model = padded_model(runtime, tiny_gguf["f32"], max_graphs=0, shape_classes=False)
+    yield model
+    model.close()
+
+
+def test_class_layout_rounds_the_packed_length_segments_and_targets():
+    from omnivoice.runners.lm import CLASS_POSITIONS, class_layout, padded_constants
+    lengths = [147, 125, 30, 10, 64]
+    L, buckets = class_layout(lengths)
+    assert L == 384 and L % CLASS_POSITIONS == 0           # 376 positions and one tail row at least
+    assert buckets == [(64, [2, 3, 4]), (128, [1]), (192, [0])]
+    assert class_layout([63])[0] == 64 and class_layout([64])[0] == 128
+    c = padded_constants(buckets, lengths, L)
+    R = 3 * 64 + 128 + 192
+    rows, scatter = c["pad_rows"], c["pad_scatter"]
+    assert rows.shape == (L,) and scatter.shape == (R,)
+    assert (rows[sum(lengths):] == R).all()                 # the tail: the spare row after the buckets
+    real = rows < R
+    assert (scatter[rows[real]] == np.arange(L)[real]).all() and (np.sort(rows[real]) == np.unique(rows[real])).all()
+    assert (scatter == L).sum() == R - sum(lengths)         # every other padded row: left out of the result
+    assert np.isneginf(c["pad_mask_0"][1, 0, :, 10:]).all() and (c["pad_mask_0"][1, 0, :, :10] == 0).all()
+
+
+@pytest.mark.parametrize("shapes", [[(13, 9, 21)], [(13, 9, 21), (7, 0, 40), (20, 3, 5)]])
+def test_a_class_graph_computes_the_exact_shapes_picks(classes, exact, rng, runtime, shapes):
+    """A shape class's padding (tail rows, queries and spare head columns) changes no real position's result
+    beyond summation order: the picks and scores of the exact-shape graph (ggml's flash attention tiles its
+    queries by the bucket's length, 5e-6 off on the CPU)."""
+    prompts = [random_prompt(rng, *s) for s in shapes]
+    tokens = [p.input_ids[:, -p.n_target:] for p in prompts]
+    guidance = [2.0, 3.0, 1.5][:len(prompts)]
+    with classes.session(prompts, guidance, True) as s:
+        assert s.L % 64 == 0 and s.L > sum(p.input_ids.shape[1] + p.n_target for p in prompts)
+        got = s.step(tokens)
+    with exact.session(prompts, guidance, True) as s:
+        want = s.step(tokens)
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys() == {"pred", "score"}
+        assert np.mean(g["pred"] == w["pred"]) > 0.99
+        np.testing.assert_allclose(g["score"], w["score"], rtol=0, atol=(1e-3 if runtime.is_gpu else 1e-4)
+                                   * np.abs(w["score"]).max())
+
+
+def test_requests_of_one_class_share_a_kept_graph(classes, rng, runtime, tiny_gguf):
+    a, b = random_prompt(rng, 13, 9, 21), random_prompt(rng, 30, 0, 17)   # 43 + 21 and 47 + 17: one class
+    c = random_prompt(rng, 13, 9, 80)                                      # targets past the class's
+    for p, reused in ((a, False), (b, True), (c, False)):
+        tok = [rng.integers(0, 1024, (8, p.n_target)).astype(np.int32)]
+        was, got = run(classes, [p], tok, with_logits=False)
+        assert was is reused
+        fresh_class = padded_model(runtime, tiny_gguf["f32"], max_graphs=0, shape_classes=True)
+        try:  # a kept graph given new content computes what a new graph of the class computes
+            assert_same(got, run(fresh_class, [p], tok, with_logits=False)[1], runtime)
+        finally:
+            fresh_class.close()
+    assert classes.kept_graphs == 2
+
+
+def test_sampled_prompts_logits_and_large_batches_keep_exact_shapes(classes, rng):
+    from omnivoice.runners.lm import CLASS_MAX_PROMPTS
+    p = random_prompt(rng, 13, 9, 21)
+    exact_length = p.input_ids.shape[1] + p.n_target
+    for kw in (dict(greedy=False), dict(with_logits=True)):
+        with classes.session([p], 2.0, kw.get("greedy", True), with_logits=kw.get("with_logits", False)) as s:
+            assert s.L == exact_length
+    with classes.session([p] * (CLASS_MAX_PROMPTS + 1), 2.0, True) as s:
+        assert s.L == exact_length * (CLASS_MAX_PROMPTS + 1)
+
+
+def test_shape_classes_need_padded_attention(runtime, tiny_gguf):
+    with pytest.raises(ValueError, match="padded attention"):
+        LanguageModel(runtime, tiny_gguf["f32"], padded_attention=False, shape_classes=True)
+
+
+def test_a_class_graph_sizes_its_own_buffers(runtime, tiny_gguf, rng, monkeypatch):
+    """A class's graph is kept for many sessions: it takes a new scheduler, not a pooled one whose buffers a large
+    graph grew (which would hold that memory for as long as the class is kept, or exceed max_graph_bytes)."""
+    from omnivoice.ggml.backend import SchedulerPool
+    from omnivoice.runners.lm import CLASS_MAX_PROMPTS
+    monkeypatch.setattr(runtime, "schedulers", SchedulerPool(max_kept=2, max_bytes=1 << 40,
+                                                             size_of=runtime.sched_buffer_size))
+    model = padded_model(runtime, tiny_gguf["f32"], max_graphs=4, shape_classes=True)
+    try:
+        big = [random_prompt(rng, 40, 0, 200) for _ in range(CLASS_MAX_PROMPTS + 1)]  # exact shapes
+        with model.session(big, 2.0, True) as s:
+            big_bytes = s.graph.buffer_size()
+        model.clear_graphs()  # its scheduler, buffers and all, goes to the pool
+        assert len(runtime.schedulers) == 1
+        p = random_prompt(rng, 10, 0, 20)
+        with model.session([p], 2.0, True) as s:
+            assert s.graph.buffer_size() < big_bytes / 4
+        assert len(runtime.schedulers) == 1  # not taken
+    finally:
+        model.close()
+        runtime.schedulers.clear()
