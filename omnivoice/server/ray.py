@@ -71,6 +71,13 @@ APP_NAME = "omnivoice"
 ROUTING_STATS_PERIOD_S = 1.0  # how often each replica reports its queued audio and engine figures
 START_ATTEMPTS = 3            # replicas tried for a request whose replica died before taking it
 INGRESS_MAX_ONGOING = 1024    # HTTP requests one ingress replica holds at once (streams wait in it for audio)
+# A Ray worker returns an object of up to max_direct_call_object_size bytes (default 100 KiB) inline, in the
+# reply of the call, and puts a larger one in the object store, which its caller fetches: a few ms more per
+# message. A second of audio is 94 KiB of float32 samples, so every sentence a replica streams and every whole
+# answer took that path, as did the ingress's response bodies to Serve's proxy (CPU, tiny model: 3 ms more to first
+# audio, 5.5 ms more to a whole answer; docs/SERVING.md). Both deployments' workers return up to this inline.
+INLINE_BYTES = 8 * 2**20
+WORKER_ENV = {"RAY_max_direct_call_object_size": str(INLINE_BYTES)}
 
 
 def parse_replicas(text: str) -> tuple[int, int]:
@@ -413,7 +420,8 @@ def build(config: ServerConfig, replicas: tuple[int, int] = (1, 1), gpus_per_rep
     cpus = cpus_per_replica if cpus_per_replica is not None else (
         1.0 if gpus_per_replica else float(config.threads or 1))
     options: dict = {
-        "ray_actor_options": {"num_cpus": cpus, "num_gpus": gpus_per_replica},
+        "ray_actor_options": {"num_cpus": cpus, "num_gpus": gpus_per_replica,
+                              "runtime_env": {"env_vars": dict(WORKER_ENV)}},
         # Serve's own cap per replica; the engine's queue (max_queue, 503 beyond) is the real limit
         "max_ongoing_requests": config.max_queue + 64,
         "request_router_config": RequestRouterConfig(request_router_class=LeastQueuedAudio,
@@ -431,7 +439,8 @@ def build(config: ServerConfig, replicas: tuple[int, int] = (1, 1), gpus_per_rep
     model = serve.deployment(SpeechModel).options(name="SpeechModel", **options).bind(config)
     ingress = serve.deployment(SpeechIngress).options(
         name="SpeechIngress", max_ongoing_requests=INGRESS_MAX_ONGOING,
-        ray_actor_options={"num_cpus": 0})  # I/O and encoding: it takes no CPU from the replicas
+        # I/O and encoding: it takes no CPU from the replicas
+        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": dict(WORKER_ENV)}})
     return ingress.bind(model, config)
 
 

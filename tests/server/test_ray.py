@@ -306,7 +306,7 @@ def test_the_documented_serve_config_builds_the_app():
     import yaml
     from ray.serve.schema import ServeDeploySchema
 
-    from omnivoice.server.ray import app
+    from omnivoice.server.ray import WORKER_ENV, app
 
     config = ServeDeploySchema.model_validate(yaml.safe_load((ROOT / "docs" / "serve.yaml").read_text()))
     (spec,) = config.applications
@@ -318,6 +318,11 @@ def test_the_documented_serve_config_builds_the_app():
     auto = model._deployment_config.autoscaling_config
     assert (auto.min_replicas, auto.max_replicas, auto.target_ongoing_requests) == (1, 4, 16)
     assert model._deployment_config.request_router_config.request_router_class.endswith("LeastQueuedAudio")
+    # both deployments' workers return audio inline (WORKER_ENV), also where the config replaces the options
+    ingress = built._bound_deployment
+    for options in (model.ray_actor_options, ingress.ray_actor_options,
+                    next(d.ray_actor_options for d in spec.deployments if d.name == "SpeechModel").model_dump()):
+        assert options["runtime_env"]["env_vars"].items() >= WORKER_ENV.items()
     with pytest.raises(ValueError, match="--replicas"):
         app({**spec.args, "replicas": "4..1"})
 
