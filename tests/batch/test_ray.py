@@ -1,4 +1,4 @@
-"""Batch synthesis on a local CPU Ray cluster: two actors give the tokens, files and failure records of a
+"""Batch synthesis on one local CPU Ray cluster (the module's): two actors give the tokens, files and failure records of a
 local run; the Ray Data predictor gives each row its solo result."""
 
 from __future__ import annotations
@@ -21,8 +21,27 @@ from .test_batch_cli import model_args, write_manifest  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow  # a local Ray cluster's start and two actors
-def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf):
+@pytest.fixture(scope="module")
+def cluster() -> str:
+    """One local Ray cluster for the module (2 CPUs, no dashboard), this process its first driver; its address.
+    Its workers import this tree's omnivoice: they inherit PYTHONPATH from the raylet, started meanwhile (a
+    runtime_env's env_vars would cost a runtime-environment setup per job)."""
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(ROOT) + (os.pathsep + saved if saved else "")
+    try:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf, cluster):
     import soundfile as sf
 
     ref = np.load(GOLDEN / "ref_clone.npz")["ref_wav_input"].astype(np.float32)
@@ -40,9 +59,9 @@ def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf):
     local = subprocess.run([sys.executable, "-m", "omnivoice.batch", "-o", str(tmp_path / "local"), *common],
                            cwd=ROOT, env=env, capture_output=True, timeout=600)
     assert local.returncode == 2, local.stderr.decode()
-    # --ray without an address starts a local cluster (all CPUs, no dashboard); two CPU actors share it
+    # --ray ADDRESS joins the cluster; two CPU actors share it
     remote = subprocess.run([sys.executable, "-m", "omnivoice.batch", "-o", str(tmp_path / "ray"), *common,
-                             "--ray", "--cpu-actors", "2", "--threads", "1"],
+                             "--ray", cluster, "--cpu-actors", "2", "--threads", "1"],
                             cwd=ROOT, env=env, capture_output=True, timeout=900)
     err = remote.stderr.decode()
     assert remote.returncode == 2, err
@@ -59,12 +78,11 @@ def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf):
     assert [f["line"] for f in fails] == [6, 7]
     # resumable as a local run is
     again = subprocess.run([sys.executable, "-m", "omnivoice.batch", "-o", str(tmp_path / "ray"), *common,
-                            "--ray", "--cpu-actors", "2"], cwd=ROOT, env=env, capture_output=True, timeout=600)
+                            "--ray", cluster, "--cpu-actors", "2"], cwd=ROOT, env=env, capture_output=True, timeout=600)
     assert "0 to do, 5 already done, 2 bad" in again.stderr.decode()
 
 
-@pytest.mark.slow  # a local Ray cluster's start and a Ray Data pipeline
-def test_ray_data_predictor_gives_each_row_its_solo_result(tiny_gguf):
+def test_ray_data_predictor_gives_each_row_its_solo_result(tiny_gguf, cluster):
     pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow (the [ray] extra installs ray[data])")
     import omnivoice
     from omnivoice.batch.ray import OmniVoicePredictor
@@ -73,14 +91,9 @@ def test_ray_data_predictor_gives_each_row_its_solo_result(tiny_gguf):
             {"text": "Second row, designed.", "instruct": "female", "seed": 2, "num_step": 3},
             {"text": "Bad row.", "language": "Klingonese", "seed": 3, "num_step": 3}]
     kwargs = {"model": str(tiny_gguf["f32"]), "codec": str(tiny_gguf["codec"]), "backend": "cpu", "threads": 1}
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {
-        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}})
-    try:
-        ds = ray.data.from_items(rows).map_batches(OmniVoicePredictor, fn_constructor_kwargs=kwargs, concurrency=1,
-                                                  batch_size=3, batch_format="numpy")
-        out = sorted(ds.take_all(), key=lambda r: r["text"])
-    finally:
-        ray.shutdown()
+    ds = ray.data.from_items(rows).map_batches(OmniVoicePredictor, fn_constructor_kwargs=kwargs, concurrency=1,
+                                              batch_size=3, batch_format="numpy")
+    out = sorted(ds.take_all(), key=lambda r: r["text"])
     assert [r["text"] for r in out] == ["Bad row.", "First row.", "Second row, designed."]
     assert "Klingonese" in out[0]["error"] and len(out[0]["audio"]) == 0
     with omnivoice.OmniVoice(str(tiny_gguf["f32"]), str(tiny_gguf["codec"]), backend="cpu") as ov:
