@@ -58,9 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a WebSocket may stay without a message while nothing is spoken (default 60)")
     g.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a connection has to send a whole request head, from its start or its previous "
-                        "response (default 10)")
+                        "response (default 10; with --ray: Serve's proxy closes a connection idle this long after a "
+                        "response, and no more: docs/SERVING.md)")
     g.add_argument("--body-timeout", type=float, default=30.0,
-                   help="seconds a request body may go without a byte before its connection is closed (default 30)")
+                   help="seconds a request body may go without a byte before its connection is closed (default 30; "
+                        "not with --ray: Serve's proxy has no such timeout)")
     add_log_level(g)
     g = p.add_argument_group("Ray Serve (extra [ray]; docs/SERVING.md)")
     g.add_argument("--ray", action="store_true", help="serve on Ray Serve: model replicas behind one endpoint")
@@ -222,7 +224,7 @@ def serve_ray(args) -> int:
         import ray
         from ray import serve as ray_serve
 
-        from .ray import APP_NAME, absolute_paths, build, ray_options_of
+        from .ray import APP_NAME, absolute_paths, build, http_options, ray_options_of
     except ImportError as e:
         raise ValueError(f"--ray needs the extra: pip install 'omnivoice-ggml[ray]' ({e})") from None
     from ..resolve import check_model
@@ -233,11 +235,15 @@ def serve_ray(args) -> int:
         check_model(config.model, config.codec)
     if not options["gpus_per_replica"] and args.backend == "auto":
         config.backend = "cpu"
+    if args.address is None:  # the local cluster's processes, Serve's proxy among them, inherit the limit
+        from .connections import raise_open_file_limit
+
+        raise_open_file_limit()
     ray.init(address=args.address or None, include_dashboard=False,
              logging_level=args.log_level.upper(), log_to_driver=args.log_level == "debug")
     started = args.address is None
     try:
-        ray_serve.start(http_options={"host": args.host, "port": args.port})
+        ray_serve.start(http_options=http_options(args.host, args.port, args.header_timeout))
         ray_serve.run(build(config, **options), name=APP_NAME, route_prefix="/", blocking=False)
         log.info("listening on http://%s:%d (Ray Serve app %r; Ctrl-C to quit)", args.host, args.port, APP_NAME)
         while True:

@@ -450,6 +450,16 @@ def _replace(config: ServerConfig, **changes) -> ServerConfig:
     return dataclasses.replace(config, **changes)
 
 
+def http_options(host: str, port: int, header_timeout: float) -> dict:
+    """Serve's HTTP proxy options for `--host`, `--port` and `--header-timeout`: of the plain server's connection
+    guards (omnivoice.server.connections), the proxy can only close a keep-alive connection that stays idle after
+    a response, which it does after `--header-timeout` (whole seconds, at least one). docs/SERVING.md says which
+    guards hold behind it."""
+    import math
+
+    return {"host": host, "port": port, "keep_alive_timeout_s": max(1, math.ceil(header_timeout))}
+
+
 def ray_options_of(args) -> dict:
     """build()'s keyword arguments from the CLI's parsed arguments."""
     return {"replicas": parse_replicas(args.replicas), "gpus_per_replica": float(args.gpus_per_replica),

@@ -54,7 +54,8 @@ def rserver(cluster, tiny_gguf, tmp_path_factory):
     log = folder / "server.log"
     cmd = [sys.executable, "-m", "omnivoice.server", "--ray", "--address", cluster, "--replicas", "2",
            "--gpus-per-replica", "0", "--threads", "1", "--model", str(tiny_gguf["f32"]),
-           "--codec", str(tiny_gguf["codec"]), "--port", str(port), "--voices", str(folder / "voices")]
+           "--codec", str(tiny_gguf["codec"]), "--port", str(port), "--voices", str(folder / "voices"),
+           "--header-timeout", "2", "--max-upload-mb", "1"]
     env = dict(os.environ, OMNIVOICE_API_KEY=API_KEY, RAY_USAGE_STATS_ENABLED="0")
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -248,14 +249,42 @@ def test_metrics_label_each_replica_and_carry_serves(rserver):
 
 
 @pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
-def test_a_client_that_leaves_a_stream_stops_the_replicas_work(rserver):
+def test_connection_guards_behind_serves_proxy(rserver):
+    """What holds behind Serve's HTTP proxy (docs/SERVING.md): a keep-alive connection idle after a response is
+    closed (--header-timeout 2 is the proxy's keep_alive_timeout_s); the app's gates answer through it: two
+    Authorization headers, a body over --max-upload-mb (1 MiB) by its Content-Length or sent chunked."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", int(rserver.url.rsplit(":", 1)[1])), timeout=60) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = b""
+        while chunk := s.recv(65536):  # until the proxy closes it (a socket.timeout after 60 s fails the test)
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200") and answer.count(b"HTTP/1.1") == 1
+
+    r = httpx.post(f"{rserver.url}/v1/audio/speech", json={"input": "x"}, timeout=30,
+                   headers=[("Authorization", f"Bearer {API_KEY}"), ("Authorization", f"Bearer {API_KEY}")])
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "duplicate_header")
+    big = b"x" * (2 * 2**20)
+    with rserver.client() as c:
+        r = c.post("/v1/audio/speech", content=big, headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()["error"]["code"]) == (413, "request_too_large")
+        r = c.post("/v1/audio/speech", content=iter([big[:2**18]] * 8), headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()["error"]["code"]) == (413, "request_too_large")
+
+
+@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.parametrize("headers", [{}, {"x-request-disconnect-disabled": "?1"}], ids=["plain", "proxy-told-not-to"])
+def test_a_client_that_leaves_a_stream_stops_the_replicas_work(rserver, headers):
     """40 sentences of 64 steps streamed; the client reads the first audio and hangs up: the replicas run far
-    fewer than the 40 x 64 steps the whole request needs, and go idle."""
+    fewer than the 40 x 64 steps the whole request needs, and go idle. Also when the request tells Serve's proxy
+    not to watch for the client leaving (a header Ray 2.60's proxy takes from any client): the ingress sees the
+    disconnect itself."""
     steps0 = sum(_replica_metric(rserver, "omnivoice_engine_steps_total").values())
     cancelled0 = rserver.metric("omnivoice_cancelled_requests_total")
     long = " ".join(f"Sentence number {i} is here." for i in range(40))
     body = {"model": "tts-1", "input": long, "response_format": "pcm", "num_step": 64, "stream_format": "audio"}
-    with rserver.client() as c, c.stream("POST", "/v1/audio/speech", json=body) as r:
+    with rserver.client() as c, c.stream("POST", "/v1/audio/speech", json=body, headers=headers) as r:
         assert r.status_code == 200
         assert next(r.iter_raw())
     deadline = time.monotonic() + 120
