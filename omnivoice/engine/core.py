@@ -216,8 +216,6 @@ class BatchEngine:
         if isinstance(device_requests, bool) or not isinstance(device_requests, (int, np.integer)) or device_requests < 1:
             raise ValueError(f"device_requests must be a positive integer, got {device_requests!r}")
         self.device_requests = int(device_requests)
-        self.pipeline_min = (max(PIPELINE_MIN_REQUESTS, self.device_requests + 1) if self.device_maskgit
-                             else PIPELINE_MIN_REQUESTS)
         self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]
         self._member: dict[int, int] = {}   # id(task) -> group index
         self._decodes: list[_Decode] = []
@@ -393,7 +391,9 @@ class BatchEngine:
         """Put newly admitted tasks into groups: all into group 0 while few run, else each into the group with
         fewer packed positions."""
         loads = [sum(t.positions for t in self._group_tasks(i)) for i in range(len(self._groups))]
-        split = len(self._groups) > 1 and len(self.active) >= self.pipeline_min
+        # (device runs of more than DEVICE_MAX_REQUESTS tasks take one group up to their count)
+        device_above = self.device_requests + 1 if self.device_maskgit and self.device_requests > DEVICE_MAX_REQUESTS else 0
+        split = len(self._groups) > 1 and len(self.active) >= max(PIPELINE_MIN_REQUESTS, device_above)
         for t in tasks:
             i = int(np.argmin(loads)) if split else 0
             self._member[id(t)] = i

@@ -697,7 +697,10 @@ class ChunkSession:
         c, cfg, g = self.constants, self.cfg, self.graph
         n, C = len(self.prompts), cfg.n_codebook
         tokens = [np.asarray(t, np.int32) for t in tokens]
-        write_tensor(c["mg_tokens"], np.concatenate([t.reshape(-1) for t in tokens]), "mg_tokens")
+        flat = np.concatenate([t.reshape(-1) for t in tokens])
+        held = np.zeros(int(c["mg_tokens"].ne[0]), np.int32)  # a class's spare targets after the prompts': zeros
+        held[:flat.size] = flat
+        write_tensor(c["mg_tokens"], held, "mg_tokens")
         rows = np.zeros((n * MAX_DEVICE_STEPS, 6), np.int32)
         for i, plan in enumerate(plans):
             rows[i * MAX_DEVICE_STEPS:i * MAX_DEVICE_STEPS + len(plan)] = plan
