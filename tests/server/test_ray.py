@@ -35,11 +35,20 @@ PREFIX = "SERVE_REPLICA::omnivoice#SpeechModel#"
 @pytest.fixture(scope="module")
 def cluster():
     """A local Ray cluster of three CPUs (two replicas of one CPU each, and room for nothing more), its object
-    store kept small."""
-    env = {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    store kept small, no dashboard. Its workers import this tree's omnivoice: they inherit PYTHONPATH from the
+    raylet, started meanwhile (a job's runtime_env costs a runtime-environment setup: 1.5-2 s more to start the
+    app on the 2-core host)."""
     os.environ.pop("RAY_ADDRESS", None)
-    info = ray.init(num_cpus=3, object_store_memory=100 * 2**20, include_dashboard=False,
-                    runtime_env={"env_vars": env}, logging_level="ERROR", log_to_driver=False)
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(ROOT) + (os.pathsep + saved if saved else "")
+    try:
+        info = ray.init(address="local", num_cpus=3, object_store_memory=100 * 2**20, include_dashboard=False,
+                        logging_level="ERROR", log_to_driver=False)
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
     try:
         yield info.address_info["gcs_address"]
     finally:
@@ -109,7 +118,7 @@ def pcm_reference(rserver, ov):
     return decode(r.content, "pcm"), r.headers["x-omnivoice-tokens-sha256"]
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format(rserver, pcm_reference, fmt):
     reference, sha = pcm_reference
@@ -126,7 +135,7 @@ def test_every_format(rserver, pcm_reference, fmt):
         np.testing.assert_array_equal(audio, reference)
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 def test_streams_come_a_sentence_at_a_time(rserver):
     body = {"model": "tts-1", "input": THREE, "voice": "ash", "response_format": "pcm", "seed": 9, "num_step": 2}
     with rserver.client() as c, c.stream("POST", "/v1/audio/speech", json={**body, "stream_format": "audio"}) as r:
@@ -143,7 +152,7 @@ def test_streams_come_a_sentence_at_a_time(rserver):
     assert events[-1]["usage"]["input_tokens"] > 0
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 def test_the_websocket_speaks_text_in_pieces_as_the_whole_text(rserver):
     """WS /v1/audio/speech/stream through Serve's proxy: each sentence is a request of its own (on either
     replica); text split at every character gives the whole text's sentences and audio."""
@@ -159,7 +168,7 @@ def test_the_websocket_speaks_text_in_pieces_as_the_whole_text(rserver):
     assert audio_split == audio
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 def test_auth_and_errors_are_the_plain_servers(rserver):
     r = httpx.post(f"{rserver.url}/v1/audio/speech", json={"input": "x"}, timeout=30)
     assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
@@ -180,7 +189,7 @@ def test_auth_and_errors_are_the_plain_servers(rserver):
         rserver.openai().models.retrieve("whisper-1")
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 def test_an_uploaded_voice_serves_from_both_replicas(rserver, ov, ref_wav):
     """Uploaded once, used by eight requests at once: both replicas make some of them, with the tokens of the
     Python API cloning from the same clip."""
@@ -224,7 +233,7 @@ def _sixteen() -> list[dict]:
     return out
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 def test_16_concurrent_requests_equal_their_solo_synthesis(rserver, ov, ref_wav):
     voice = ov.create_voice(str(ref_wav), REF_TEXT)
     bodies = _sixteen()
@@ -238,7 +247,7 @@ def test_16_concurrent_requests_equal_their_solo_synthesis(rserver, ov, ref_wav)
         assert r.headers["x-omnivoice-tokens-sha256"] == tokens_sha256(solo.tokens), f"request {i}"
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 def test_metrics_label_each_replica_and_carry_serves(rserver):
     assert len(_replica_metric(rserver, "omnivoice_model_loaded")) == 2
     assert len(_replica_metric(rserver, "omnivoice_engine_steps_total")) == 2
@@ -248,7 +257,7 @@ def test_metrics_label_each_replica_and_carry_serves(rserver):
         time.sleep(1)
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 def test_connection_guards_behind_serves_proxy(rserver):
     """What holds behind Serve's HTTP proxy (docs/SERVING.md): a keep-alive connection idle after a response is
     closed (--header-timeout 2 is the proxy's keep_alive_timeout_s); the app's gates answer through it: two
@@ -273,7 +282,7 @@ def test_connection_guards_behind_serves_proxy(rserver):
         assert (r.status_code, r.json()["error"]["code"]) == (413, "request_too_large")
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 @pytest.mark.parametrize("headers", [{}, {"x-request-disconnect-disabled": "?1"}], ids=["plain", "proxy-told-not-to"])
 def test_a_client_that_leaves_a_stream_stops_the_replicas_work(rserver, headers):
     """40 sentences of 64 steps streamed; the client reads the first audio and hangs up: the replicas run far
@@ -298,7 +307,7 @@ def test_a_client_that_leaves_a_stream_stops_the_replicas_work(rserver, headers)
 
 
 # ----------------------------------------------------------------------------------------------- faults (last)
-@pytest.mark.slow  # the module's Ray cluster and Serve app (about 1 minute to start)
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
 def test_a_replica_killed_under_load_fails_its_requests_cleanly_and_is_replaced(rserver):
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
     replicas = sorted(n[len(PREFIX):] for n in names if n.startswith(PREFIX))
