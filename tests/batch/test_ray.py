@@ -1,5 +1,5 @@
-"""Batch synthesis on one local CPU Ray cluster (the module's): two actors give the tokens, files and failure records of a
-local run; the Ray Data predictor gives each row its solo result."""
+"""Batch synthesis on one local CPU Ray cluster (the module's): two actors give the tokens, files and failure
+records of a local run; the Ray Data predictor gives each row its solo result."""
 
 from __future__ import annotations
 
