@@ -38,8 +38,8 @@ input are counted as "left files" (a killed case cannot clean up, and is not cou
 deterministic: (--seed, target, case number) gives the same mutant on every machine.
 The parent never runs a ggml graph itself: libgomp's thread pool does not survive a fork.
 
---http, the hostile-HTTP mode: one real server on loopback, attacked within bounds (400 cases, about two
-minutes). The server (`python -m omnivoice.server`, the tiny model, an API key, `--open-files` as its
+--http, the hostile-HTTP mode: one real server on loopback, attacked within bounds (400 cases, at most
+--http-seconds). The server (`python -m omnivoice.server`, the tiny model, an API key, `--open-files` as its
 `ulimit -n`, short --header-timeout and --body-timeout) runs in a subprocess on a free 127.0.0.1 port; nothing
 leaves the machine. Case kinds, chosen by (--seed, case number) as the file targets' are:
 
@@ -53,7 +53,8 @@ Outcomes: `clean` (a 4xx in the API's JSON shape, or the connection closed by th
 never finish a request; for idle-flood: the key's requests answered 200 while the sockets are held), `5xx`,
 `no answer` (nothing within the case's time), `server down` (the process exited). Afterwards the server's log is
 searched for tracebacks and "Too many open files". Every case is bounded: at most --http-sockets sockets at a
-time, a few seconds each, the whole run at most --http-seconds.
+time, a few seconds each, the whole run at most --http-seconds. --http-jobs cases run at a time (most wait on
+the server's timeouts), an idle flood alone.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ import subprocess
 import sys
 import time
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -581,31 +583,50 @@ def idle_flood(t: HttpTarget, rng: random.Random, open_files: int, max_sockets: 
 
 
 def run_http(root: Path, lm: Path, codec: Path, work: Path, seed: int, cases: int, seconds: float,
-             open_files: int, max_sockets: int, on_result) -> dict:
-    """Run `cases` cases (or until `seconds` pass) against one server; returns the summary."""
+             open_files: int, max_sockets: int, on_result, jobs: int = 4) -> dict:
+    """Run `cases` cases (or until `seconds` pass) against one server, `jobs` at a time (an idle flood alone: it
+    takes the server's every file); returns the summary. Results come in case order."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "voices").mkdir(exist_ok=True)
     t = HttpTarget(root, lm, codec, work, open_files)
     counts: dict[str, dict[str, int]] = {k: {} for k in HTTP_KINDS}
     t0, done = time.monotonic(), 0
+
+    def case(kind: str, rng: random.Random) -> tuple[str, str]:
+        if t.proc.poll() is not None:
+            return "server down", f"exited with {t.proc.returncode}"
+        if kind == "idle-flood":
+            return idle_flood(t, rng, open_files, max_sockets)
+        return {"nesting": nesting, "duplicate": duplicate, "slow-head": slow_head, "no-body": no_body}[kind](t, rng)
+
+    def record(i: int, kind: str, outcome: str, what: str) -> None:
+        nonlocal done
+        counts[kind][outcome] = counts[kind].get(outcome, 0) + 1
+        done += 1
+        on_result(i, kind, outcome, what)
+
+    # Most cases wait on the server's header or body timeout (seconds each, the CPU idle): several at a time
+    pending: list[tuple[int, str, Future]] = []
+
+    def collect(keep: int) -> None:
+        while len(pending) > keep:
+            i, kind, f = pending.pop(0)
+            record(i, kind, *f.result())
+
     try:
-        for i in range(cases):
-            if time.monotonic() - t0 > seconds:
-                break
-            rng = random.Random(f"{seed}:http:{i}")
-            kind = rng.choice(HTTP_KINDS)
-            if kind == "idle-flood" and rng.random() < 0.8:  # the costliest kind: one case in about 25
-                kind = "nesting"
-            if t.proc.poll() is not None:
-                outcome, what = "server down", f"exited with {t.proc.returncode}"
-            elif kind == "idle-flood":
-                outcome, what = idle_flood(t, rng, open_files, max_sockets)
-            else:
-                outcome, what = {"nesting": nesting, "duplicate": duplicate, "slow-head": slow_head,
-                                 "no-body": no_body}[kind](t, rng)
-            counts[kind][outcome] = counts[kind].get(outcome, 0) + 1
-            done += 1
-            on_result(i, kind, outcome, what)
+        with ThreadPoolExecutor(max(1, jobs)) as pool:
+            for i in range(cases):
+                if time.monotonic() - t0 > seconds:
+                    break
+                rng = random.Random(f"{seed}:http:{i}")
+                kind = rng.choice(HTTP_KINDS)
+                if kind == "idle-flood" and rng.random() < 0.8:  # the costliest kind: one case in about 25
+                    kind = "nesting"
+                collect(0 if kind == "idle-flood" else max(1, jobs) - 1)
+                pending.append((i, kind, pool.submit(case, kind, rng)))
+                if kind == "idle-flood":
+                    collect(0)
+            collect(0)
         alive = t.proc.poll() is None and t.status("/health") == 200
     finally:
         status = t.stop()
@@ -623,7 +644,7 @@ def http_mode(ctx: Context, args) -> int:
             print(f"  http:{i} {kind} {outcome}: {what}", flush=True)
 
     summary = run_http(ROOT, ctx.lm, ctx.codec, ctx.work / "http", args.seed, args.http_cases, args.http_seconds,
-                       args.open_files, args.http_sockets, on_result)
+                       args.open_files, args.http_sockets, on_result, args.http_jobs)
     outcomes = list(HTTP_OUTCOMES) + sorted({o for c in summary["counts"].values() for o in c} - set(HTTP_OUTCOMES))
     print("| kind | cases | " + " | ".join(outcomes) + " |\n|---|---|" + "---|" * len(outcomes))
     for kind, c in summary["counts"].items():
@@ -665,6 +686,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--open-files", type=int, default=256, help="the server's ulimit -n under --http (default 256)")
     ap.add_argument("--http-sockets", type=int, default=600,
                     help="the most sockets --http holds open at a time (default 600)")
+    ap.add_argument("--http-jobs", type=int, default=4,
+                    help="--http cases at a time (default 4; an idle flood runs alone)")
     args = ap.parse_args(argv)
     if args.mem_gib is None:
         args.mem_gib = 4.0 if args.ci else 8.0
