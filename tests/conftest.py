@@ -63,20 +63,36 @@ def k256_checkpoint(tmp_path_factory):
     return _make_checkpoint(tmp_path_factory, "k256")
 
 
+class _TinyGGUF(dict):
+    """{'f32'|'f16'|'bf16'|'q8_0': LM GGUF path, 'codec': codec GGUF path} of one checkpoint converted into `out`:
+    F32 and the codec at once, another quantization when a test first asks for it (most tests use F32 alone; the
+    four conversions took 20-30 s of the first test's setup on a busy 2-core host)."""
+
+    QUANTS = ("f32", "f16", "bf16", "q8_0")
+
+    def __init__(self, checkpoint, out) -> None:
+        super().__init__()
+        self.checkpoint, self.out = checkpoint, out
+        self["codec"] = out / "omnivoice-tokenizer-F32.gguf"
+        self["f32"]
+
+    def __missing__(self, quant: str):
+        import subprocess
+        import sys
+
+        if quant not in self.QUANTS:
+            raise KeyError(quant)
+        subprocess.run([sys.executable, "-m", "omnivoice.convert", str(self.checkpoint), "-o", str(self.out),
+                        "--quant", quant], check=True, capture_output=True, cwd=ROOT)
+        self[quant] = path = self.out / f"omnivoice-base-{quant.upper()}.gguf"
+        return path
+
+
 @pytest.fixture(scope="session")
 def tiny_gguf(tiny_checkpoint, tmp_path_factory):
-    """The tiny checkpoint converted: {'f32'|'f16'|'bf16'|'q8_0': LM GGUF path, 'codec': codec GGUF path}."""
-    import subprocess
-    import sys
-
-    out = tmp_path_factory.mktemp("gguf")
-    paths = {}
-    for quant in ("f32", "f16", "bf16", "q8_0"):
-        subprocess.run([sys.executable, "-m", "omnivoice.convert", str(tiny_checkpoint), "-o", str(out),
-                        "--quant", quant], check=True, capture_output=True, cwd=ROOT)
-        paths[quant] = out / f"omnivoice-base-{quant.upper()}.gguf"
-    paths["codec"] = out / "omnivoice-tokenizer-F32.gguf"
-    return paths
+    """The tiny checkpoint converted: {'f32'|'f16'|'bf16'|'q8_0': LM GGUF path, 'codec': codec GGUF path} (the
+    quantizations other than F32 converted on first use)."""
+    return _TinyGGUF(tiny_checkpoint, tmp_path_factory.mktemp("gguf"))
 
 
 @pytest.fixture(autouse=True)
