@@ -14,6 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (CI installs it: .ci/run)")
 
+from tests.fixtures.ray_cluster import local_cluster  # noqa: E402
 from tests.golden_paths import GOLDEN  # noqa: E402
 
 from .test_batch_cli import model_args, write_manifest  # noqa: E402
@@ -22,23 +23,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def cluster() -> str:
-    """One local Ray cluster for the module (2 CPUs, no dashboard), this process its first driver; its address.
-    Its workers import this tree's omnivoice: they inherit PYTHONPATH from the raylet, started meanwhile (a
-    runtime_env's env_vars would cost a runtime-environment setup per job)."""
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(ROOT) + (os.pathsep + saved if saved else "")
-    try:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
-    try:
-        yield ray.get_runtime_context().gcs_address
-    finally:
-        ray.shutdown()
+def cluster():
+    """One local Ray cluster of 2 CPUs for the module; its address."""
+    with local_cluster(ROOT, num_cpus=2) as address:
+        yield address
 
 
 def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf, cluster):
