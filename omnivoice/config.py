@@ -65,7 +65,7 @@ VARIABLES: tuple[Variable, ...] = (
              "has the kernel); default 1", "OmniVoice(device_maskgit=)"),
     Variable("OMNIVOICE_DEVICE_REQUESTS", "device_requests", lambda n, t: _count(n, t, 1) if t else None,
              "the most greedy requests whose MaskGIT steps one run on the device takes (CUDA, where the build has "
-             "the kernel); more run on the host in two pipelined groups (default 7)",
+             "the kernel); more run on the host in two pipelined groups (default 64)",
              "BatchEngine(device_requests=)"),
     Variable("OMNIVOICE_LM_VARIANT", "lm_variant", lambda n, t: t,
              "the LM graph's composition, e.g. none, kv_rows, qk_rope,kv_rows (models.lm.Variant; default: by "

@@ -13,7 +13,8 @@ bit those of its solo run (tests/engine).
         for task in engine.step():        # finished (task.result) or failed (task.error)
             ...
 
-On a GPU, from PIPELINE_MIN_REQUESTS on, the requests form two groups with a graph each, launched without waiting
+On a GPU, from PIPELINE_MIN_REQUESTS on (past DEVICE_MAX_REQUESTS where the device makes the MaskGIT choices), the
+requests form two groups with a graph each, launched without waiting
 (ggml's async compute): while one group's graph runs on the GPU, this thread makes the other group's MaskGIT
 choices (BatchEngine(pipeline=...)).
 
@@ -138,19 +139,21 @@ class Task:
 # A unit to decode: its task, its code sequences (a chunk each, or a sentence) and the voice that post-processes it.
 _Decode = tuple[Task, list[np.ndarray], Optional[VoicePrompt]]
 
-# On a GPU the active requests form two groups with a packed graph each once at least this many run: one group's
-# graph runs while the host makes the other group's MaskGIT choices. With one graph, the host's choices for many
-# requests came after every graph run, the GPU idle meanwhile (about a third of the wall time at 64 requests).
-# Below this count two graphs of half the width cost more GPU time than the host work they hide: a packed step's
-# time grows slower than its requests at small counts (tools/lm_step_time.py --batch; BENCHMARKS.md).
+# On a GPU where the device cannot make the MaskGIT choices (sampled classes, a build without patch 0024), the active
+# requests form two groups with a packed graph each once at least this many run: one group's graph runs while the
+# host makes the other group's choices. With one graph, the host's choices for many requests came after every graph
+# run, the GPU idle meanwhile (about a third of the wall time at 64 requests). Below this count two graphs of half
+# the width cost more GPU time than the host work they hide: a packed step's time grows slower than its requests at
+# small counts (tools/lm_step_time.py --batch; BENCHMARKS.md).
 PIPELINE_MIN_REQUESTS = 8
 
-# A group of at most this many greedy tasks runs its steps on the device where the LM can (_on_device); from
-# PIPELINE_MIN_REQUESTS on, the pipelined groups hide the host's choices behind the other group's graph run instead.
-# (Each task's choice is one kernel of one thread block after the graph's run, so the device's share grows with the
-# count; for a lone request it was measured, for two to seven the four clients of tools/device/h200_checks.sh
-# PARTS=one_engine show it.)
-DEVICE_MAX_REQUESTS = PIPELINE_MIN_REQUESTS - 1
+# A group of at most this many greedy tasks runs its steps on the device where the LM can (_on_device): each step the
+# packed graph's run, then each task's choice, one kernel of one thread block, with no host work between the steps;
+# past it the host steps them in two pipelined groups. On an H100, 64 against 7 (pipelined from 8), the server's
+# closed loop of streamed one-sentence requests: 139 against 124 audio s/s at 32 clients, 155 against 131 at 64,
+# first audio p50 885 against 1012 ms and 1709 against 2045 ms, and a seventh as many graph switches; conversational
+# clients the same within noise (BENCHMARKS.md, "First audio under load").
+DEVICE_MAX_REQUESTS = 64
 
 
 class _Group:
@@ -391,9 +394,9 @@ class BatchEngine:
         """Put newly admitted tasks into groups: all into group 0 while few run, else each into the group with
         fewer packed positions."""
         loads = [sum(t.positions for t in self._group_tasks(i)) for i in range(len(self._groups))]
-        # (device runs of more than DEVICE_MAX_REQUESTS tasks take one group up to their count)
-        device_above = self.device_requests + 1 if self.device_maskgit and self.device_requests > DEVICE_MAX_REQUESTS else 0
-        split = len(self._groups) > 1 and len(self.active) >= max(PIPELINE_MIN_REQUESTS, device_above)
+        # (where the device makes the choices, one group runs up to device_requests tasks on it)
+        least = max(PIPELINE_MIN_REQUESTS, self.device_requests + 1) if self.device_maskgit else PIPELINE_MIN_REQUESTS
+        split = len(self._groups) > 1 and len(self.active) >= least
         for t in tasks:
             i = int(np.argmin(loads)) if split else 0
             self._member[id(t)] = i

@@ -56,7 +56,7 @@ def test_pipelined_groups_equal_solo_runs(ov, ref_clip, monkeypatch):
     requests = mixed(ref_clip, greedy=False)
     prepared = prepare(requests)
     rounds = []
-    with BatchEngine(ov, max_batch=4, pipeline=True) as engine:
+    with BatchEngine(ov, max_batch=4, pipeline=True, device_requests=1) as engine:
         assign = engine._assign
 
         def spy(tasks):
@@ -96,7 +96,7 @@ def test_ctrl_c_while_waiting_for_a_pipelined_run(ov, monkeypatch):
     monkeypatch.setattr(ChunkSession, "close", traced_close)
     requests = [dict(text=f"Request {i}.", seed=i, num_step=4, duration=1.0) for i in range(4)]
     prepared = prepare(requests)
-    engine = BatchEngine(ov, max_batch=4, pipeline=True)
+    engine = BatchEngine(ov, max_batch=4, pipeline=True, device_requests=1)
     with pytest.raises(KeyboardInterrupt):
         for _ in run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine):
             pass

@@ -199,7 +199,7 @@ def test_parking_with_pipelined_runs_in_flight_keeps_every_solo_result(ov, ref_c
     later = [dict(text="A stream arrives.", seed=30, num_step=4),
              dict(text="A clone arrives.", ref_audio=ref, ref_text=ref_text, seed=31, num_step=4, duration=0.8),
              dict(text="Another stream.", seed=32, num_step=5, class_temperature=0.7)]
-    engine = BatchEngine(ov, max_batch=3, pipeline=True, deadlines=True)
+    engine = BatchEngine(ov, max_batch=3, pipeline=True, deadlines=True, device_requests=1)
     tasks = [_task(r, t_added=0.0) for r in first]
     for t in tasks:
         engine.add(t)
