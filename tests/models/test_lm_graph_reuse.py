@@ -239,6 +239,7 @@ def test_requests_of_one_class_share_a_kept_graph(classes, rng, runtime, tiny_gg
 
 
 def test_sampled_prompts_logits_and_large_batches_keep_exact_shapes(classes, rng):
+    """...and their graphs are not kept: only classes are, where classes are on."""
     from omnivoice.runners.lm import CLASS_MAX_PROMPTS
     p = random_prompt(rng, 13, 9, 21)
     exact_length = p.input_ids.shape[1] + p.n_target
@@ -247,6 +248,10 @@ def test_sampled_prompts_logits_and_large_batches_keep_exact_shapes(classes, rng
             assert s.L == exact_length
     with classes.session([p] * (CLASS_MAX_PROMPTS + 1), 2.0, True) as s:
         assert s.L == exact_length * (CLASS_MAX_PROMPTS + 1)
+    assert classes.kept_graphs == 0
+    with classes.session([p], 2.0, True):
+        pass
+    assert classes.kept_graphs == 1
 
 
 def test_shape_classes_need_padded_attention(runtime, tiny_gguf):
