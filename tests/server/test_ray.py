@@ -24,6 +24,8 @@ from omnivoice.server.routes import tokens_sha256  # noqa: E402
 from omnivoice.server.voices import BUILTIN_VOICES  # noqa: E402
 
 from tests.audio_decode import CONTAINER, RATE, container, decode  # noqa: E402
+from tests.fixtures.ray_cluster import local_cluster  # noqa: E402
+from tests.fixtures.servers import closed_by_server  # noqa: E402
 
 from .conftest import API_KEY, REF_TEXT, ROOT, Server, free_port, stop_server, wait_ready  # noqa: E402
 
@@ -35,24 +37,10 @@ PREFIX = "SERVE_REPLICA::omnivoice#SpeechModel#"
 @pytest.fixture(scope="module")
 def cluster():
     """A local Ray cluster of three CPUs (two replicas of one CPU each, and room for nothing more), its object
-    store kept small, no dashboard. Its workers import this tree's omnivoice: they inherit PYTHONPATH from the
-    raylet, started meanwhile (a job's runtime_env costs a runtime-environment setup: 1.5-2 s more to start the
-    app on the 2-core host)."""
+    store kept small; its address."""
     os.environ.pop("RAY_ADDRESS", None)
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(ROOT) + (os.pathsep + saved if saved else "")
-    try:
-        info = ray.init(address="local", num_cpus=3, object_store_memory=100 * 2**20, include_dashboard=False,
-                        logging_level="ERROR", log_to_driver=False)
-    finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
-    try:
-        yield info.address_info["gcs_address"]
-    finally:
-        ray.shutdown()
+    with local_cluster(ROOT, num_cpus=3, object_store_memory=100 * 2**20, logging_level="ERROR") as address:
+        yield address
 
 
 @pytest.fixture(scope="module")
@@ -266,10 +254,8 @@ def test_connection_guards_behind_serves_proxy(rserver):
 
     with socket.create_connection(("127.0.0.1", int(rserver.url.rsplit(":", 1)[1])), timeout=60) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
-        answer = b""
-        while chunk := s.recv(65536):  # until the proxy closes it (a socket.timeout after 60 s fails the test)
-            answer += chunk
-    assert answer.startswith(b"HTTP/1.1 200") and answer.count(b"HTTP/1.1") == 1
+        assert s.recv(12) == b"HTTP/1.1 200"
+        assert closed_by_server(s, within=60)  # Serve's default keep_alive_timeout_s is 90
 
     r = httpx.post(f"{rserver.url}/v1/audio/speech", json={"input": "x"}, timeout=30,
                    headers=[("Authorization", f"Bearer {API_KEY}"), ("Authorization", f"Bearer {API_KEY}")])
