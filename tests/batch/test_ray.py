@@ -4,9 +4,6 @@ records of a local run; the Ray Data predictor gives each row its solo result.""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +11,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the [ray] extra is not installed (CI installs it: .ci/run)")
 
+from omnivoice.batch.__main__ import main as batch_main  # noqa: E402
 from tests.fixtures.ray_cluster import local_cluster  # noqa: E402
 from tests.golden_paths import GOLDEN  # noqa: E402
 
@@ -29,7 +27,7 @@ def cluster():
         yield address
 
 
-def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf, cluster):
+def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf, cluster, capsys):
     import soundfile as sf
 
     ref = np.load(GOLDEN / "ref_clone.npz")["ref_wav_input"].astype(np.float32)
@@ -42,17 +40,14 @@ def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf, cluster):
               "not json"]
     manifest = write_manifest(tmp_path / "lines.jsonl", lines)
     common = [str(manifest), "--num-step", "4", "--save-tokens", "--seed", "5", *model_args(tiny_gguf)]
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               RAY_ADDRESS="")  # a cluster of our own, not one the environment points at
-    local = subprocess.run([sys.executable, "-m", "omnivoice.batch", "-o", str(tmp_path / "local"), *common],
-                           cwd=ROOT, env=env, capture_output=True, timeout=600)
-    assert local.returncode == 2, local.stderr.decode()
-    # --ray ADDRESS joins the cluster; two CPU actors share it
-    remote = subprocess.run([sys.executable, "-m", "omnivoice.batch", "-o", str(tmp_path / "ray"), *common,
-                             "--ray", cluster, "--cpu-actors", "2", "--threads", "1"],
-                            cwd=ROOT, env=env, capture_output=True, timeout=900)
-    err = remote.stderr.decode()
-    assert remote.returncode == 2, err
+
+    def batch(*argv: str) -> str:  # in this process: the Ray run then joins its driver's connection
+        assert batch_main(list(argv)) == 2  # two items failed
+        return capsys.readouterr().err
+
+    batch("-o", str(tmp_path / "local"), *common)
+    # --ray: two CPU actors share the cluster
+    err = batch("-o", str(tmp_path / "ray"), *common, "--ray", cluster, "--cpu-actors", "2", "--threads", "1")
     assert err.count("pid ") == 2, err  # two actors described themselves
     names = sorted(p.name for p in (tmp_path / "local").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "ray").iterdir())
@@ -65,11 +60,11 @@ def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf, cluster):
     assert fails == [json.loads(x) for x in (tmp_path / "local" / "failures.jsonl").read_text().splitlines()]
     assert [f["line"] for f in fails] == [6, 7]
     # resumable as a local run is
-    again = subprocess.run([sys.executable, "-m", "omnivoice.batch", "-o", str(tmp_path / "ray"), *common,
-                            "--ray", cluster, "--cpu-actors", "2"], cwd=ROOT, env=env, capture_output=True, timeout=600)
-    assert "0 to do, 5 already done, 2 bad" in again.stderr.decode()
+    err = batch("-o", str(tmp_path / "ray"), *common, "--ray", cluster, "--cpu-actors", "2")
+    assert "0 to do, 5 already done, 2 bad" in err, err
 
 
+@pytest.mark.slow  # Ray Data starts its stats actor and the predictor's: 20-28 s beside two CPU hogs on 2 cores
 def test_ray_data_predictor_gives_each_row_its_solo_result(tiny_gguf, cluster):
     pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow (the [ray] extra installs ray[data])")
     import omnivoice
