@@ -58,11 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds a WebSocket may stay without a message while nothing is spoken (default 60)")
     g.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a connection has to send a whole request head, from its start or its previous "
-                        "response (default 10; with --ray: Serve's proxy closes a connection idle this long after a "
-                        "response, and no more: docs/SERVING.md)")
+                        "response (default 10)")
     g.add_argument("--body-timeout", type=float, default=30.0,
-                   help="seconds a request body may go without a byte before its connection is closed (default 30; "
-                        "not with --ray: Serve's proxy has no such timeout)")
+                   help="seconds a request body may go without a byte before its connection is closed (default 30)")
     add_log_level(g)
     g = p.add_argument_group("Ray Serve (extra [ray]; docs/SERVING.md)")
     g.add_argument("--ray", action="store_true", help="serve on Ray Serve: model replicas behind one endpoint")
@@ -216,15 +214,20 @@ def _serve_on(sock: socket.socket, args, config, uvicorn, create_app) -> int:
 
 
 def serve_ray(args) -> int:
-    """Deploy the Ray Serve app (omnivoice.server.ray) and keep it up until SIGINT / SIGTERM (cli.run raises
-    them here); then delete it (and stop the local cluster this started)."""
-    import time
+    """Deploy the model replicas on Ray Serve (omnivoice.server.ray.model_app) and serve the plain server's app and
+    connection guards here, over them (RemoteBackend), until SIGINT / SIGTERM; then delete the Serve app (and stop
+    the local cluster this started). No Serve HTTP proxy: it would add a hop each way and a call back for the
+    body to every request, and it has none of the guards (docs/SERVING.md)."""
+    import functools
+    import signal
 
     try:
         import ray
+        import uvicorn
         from ray import serve as ray_serve
 
-        from .ray import APP_NAME, absolute_paths, build, http_options, ray_options_of
+        from .app import create_app
+        from .ray import APP_NAME, RemoteBackend, absolute_paths, model_app, ray_options_of
     except ImportError as e:
         raise ValueError(f"--ray needs the extra: pip install 'omnivoice-ggml[ray]' ({e})") from None
     from ..resolve import check_model
@@ -235,26 +238,29 @@ def serve_ray(args) -> int:
         check_model(config.model, config.codec)
     if not options["gpus_per_replica"] and args.backend == "auto":
         config.backend = "cpu"
-    if args.address is None:  # the local cluster's processes, Serve's proxy among them, inherit the limit
-        from .connections import raise_open_file_limit
-
-        raise_open_file_limit()
-    ray.init(address=args.address or None, include_dashboard=False,
-             logging_level=args.log_level.upper(), log_to_driver=args.log_level == "debug")
-    started = args.address is None
+    sock = listen(args.host, args.port)  # a port in use is one error line, before Ray starts
     try:
-        ray_serve.start(http_options=http_options(args.host, args.port, args.header_timeout))
-        ray_serve.run(build(config, **options), name=APP_NAME, route_prefix="/", blocking=False)
-        log.info("listening on http://%s:%d (Ray Serve app %r; Ctrl-C to quit)", args.host, args.port, APP_NAME)
-        while True:
-            time.sleep(3600)
-    finally:
+        sigterm = signal.getsignal(signal.SIGTERM)
+        ray.init(address=args.address or None, include_dashboard=False,
+                 logging_level=args.log_level.upper(), log_to_driver=args.log_level == "debug")
+        signal.signal(signal.SIGTERM, sigterm)  # ray.init's own handler exits at once: SIGTERM stays cli.run's
+        started = args.address is None
         try:
-            ray_serve.delete(APP_NAME)
-            if started:
-                ray_serve.shutdown()
+            # no proxy of Serve's (where Serve already runs on the cluster, it keeps what it has)
+            ray_serve.start(proxy_location="Disabled")
+            handle = ray_serve.run(model_app(config, **options), name=APP_NAME, route_prefix=None, blocking=False)
+            log.info("Ray Serve app %r: %s model replicas", APP_NAME, args.replicas)
+            app = functools.partial(create_app, loader=lambda config: RemoteBackend(handle))
+            return _serve_on(sock, args, config, uvicorn, app)
         finally:
-            ray.shutdown()
+            try:
+                ray_serve.delete(APP_NAME)
+                if started:
+                    ray_serve.shutdown()
+            finally:
+                ray.shutdown()
+    finally:
+        sock.close()
 
 
 def add_log_level(g) -> None:

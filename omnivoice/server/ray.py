@@ -4,12 +4,19 @@
     serve run omnivoice.server.ray:app model=./OmniVoice voices=/shared/voices replicas=1..4
     serve deploy docs/serve.yaml                      # the same app from a config file (docs/SERVING.md)
 
-    client -> Serve's HTTP proxy -> SpeechIngress (FastAPI: the plain server's app, routes and gates)
+    the command:  client -> the command's uvicorn (the plain server's app, connection guards and all)
+    serve run:    client -> Serve's HTTP proxy -> SpeechIngress (FastAPI: the plain server's app and gates)
                                       | DeploymentHandle, routed by LeastQueuedAudio
                                       v
                                     SpeechModel replicas: one OmniVoice and its batched engine each, one device
 
-`SpeechIngress` serves `create_app` of omnivoice.server.app, the plain server's app, whole: every route,
+`python -m omnivoice.server --ray` deploys the model replicas alone (`model_app`) and serves HTTP in its own
+process, as the plain server does, over a `RemoteBackend` of the deployment's handle: Serve's proxy would add a
+hop each way and a call back for the request body (about 8 of the 14 ms Serve added to a request on a 2-core
+CPU) and has none of the plain server's connection guards (docs/SERVING.md). `serve run` and a Serve config
+deploy `build`'s application: the same replicas behind the SpeechIngress deployment and Serve's proxies.
+
+Either way the HTTP side is `create_app` of omnivoice.server.app, the plain server's app, whole: every route,
 format, streaming mode, error, gate and metric is the same code; only its backend differs. There it is a
 `RemoteBackend` (this module), which hands each synthesis to a `SpeechModel` replica and relays its answer:
 the replica's `speak` is a streaming call whose first message says whether its engine took the request (so a
@@ -19,7 +26,7 @@ abandons is cancelled through Serve (`DeploymentResponseGenerator.cancel`), whic
 generator, which cancels the engine's job.
 
 Routing: `LeastQueuedAudio`, a Serve request router, sends each synthesis to the replica with the least audio
-still to make: the seconds of the requests this ingress sent it that have not finished, or the replica's own
+still to make: the seconds of the requests this process sent it that have not finished, or the replica's own
 figure (its routing stats: audio promised by unfinished jobs, less what they made) when that is larger (other
 ingress replicas' work). Serve itself keeps each replica under `max_ongoing_requests`.
 
@@ -64,7 +71,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 
 log = logging.getLogger("omnivoice.server")
 
-__all__ = ["SpeechModel", "SpeechIngress", "LeastQueuedAudio", "RemoteBackend", "build", "app",
+__all__ = ["SpeechModel", "SpeechIngress", "LeastQueuedAudio", "RemoteBackend", "build", "model_app", "app",
            "parse_replicas", "APP_NAME"]
 
 APP_NAME = "omnivoice"
@@ -413,9 +420,23 @@ class SpeechIngress:
 # ----------------------------------------------------------------------------------------------- the application
 def build(config: ServerConfig, replicas: tuple[int, int] = (1, 1), gpus_per_replica: float = 1.0,
           cpus_per_replica: Optional[float] = None, target_ongoing: float = 16.0):
-    """The Serve application: `replicas` (min, max) model replicas, autoscaled by ongoing requests per
-    replica (`target_ongoing`) when min < max; each takes `gpus_per_replica` GPUs (0: a CPU replica, running
-    on `cpus_per_replica` CPUs, default config.threads or 1) and loads the model on the device Ray gives it."""
+    """The Serve application behind Serve's HTTP proxy (`serve run`, a Serve config): the SpeechIngress
+    deployment over the model deployment of `model_app` (the same arguments)."""
+    model = model_app(config, replicas, gpus_per_replica, cpus_per_replica, target_ongoing)
+    ingress = serve.deployment(SpeechIngress).options(
+        name="SpeechIngress", max_ongoing_requests=INGRESS_MAX_ONGOING,
+        # I/O and encoding: it takes no CPU from the replicas
+        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": dict(WORKER_ENV)}})
+    return ingress.bind(model, config)
+
+
+def model_app(config: ServerConfig, replicas: tuple[int, int] = (1, 1), gpus_per_replica: float = 1.0,
+              cpus_per_replica: Optional[float] = None, target_ongoing: float = 16.0):
+    """The model deployment, bound: `replicas` (min, max) SpeechModel replicas, autoscaled by ongoing requests
+    per replica (`target_ongoing`) when min < max; each takes `gpus_per_replica` GPUs (0: a CPU replica, running
+    on `cpus_per_replica` CPUs, default config.threads or 1) and loads the model on the device Ray gives it. An
+    application of its own for `python -m omnivoice.server --ray`, whose own HTTP server calls it through a
+    handle (RemoteBackend); the model side of `build`'s."""
     lo, hi = replicas
     cpus = cpus_per_replica if cpus_per_replica is not None else (
         1.0 if gpus_per_replica else float(config.threads or 1))
@@ -436,28 +457,13 @@ def build(config: ServerConfig, replicas: tuple[int, int] = (1, 1), gpus_per_rep
                                          "target_ongoing_requests": target_ongoing}
     if gpus_per_replica and config.backend == "auto":
         config = _replace(config, backend="cuda")  # the GPU Ray assigns (CUDA_VISIBLE_DEVICES) is device 0
-    model = serve.deployment(SpeechModel).options(name="SpeechModel", **options).bind(config)
-    ingress = serve.deployment(SpeechIngress).options(
-        name="SpeechIngress", max_ongoing_requests=INGRESS_MAX_ONGOING,
-        # I/O and encoding: it takes no CPU from the replicas
-        ray_actor_options={"num_cpus": 0, "runtime_env": {"env_vars": dict(WORKER_ENV)}})
-    return ingress.bind(model, config)
+    return serve.deployment(SpeechModel).options(name="SpeechModel", **options).bind(config)
 
 
 def _replace(config: ServerConfig, **changes) -> ServerConfig:
     import dataclasses
 
     return dataclasses.replace(config, **changes)
-
-
-def http_options(host: str, port: int, header_timeout: float) -> dict:
-    """Serve's HTTP proxy options for `--host`, `--port` and `--header-timeout`: of the plain server's connection
-    guards (omnivoice.server.connections), the proxy can only close a keep-alive connection that stays idle after
-    a response, which it does after `--header-timeout` (whole seconds, at least one). docs/SERVING.md says which
-    guards hold behind it."""
-    import math
-
-    return {"host": host, "port": port, "keep_alive_timeout_s": max(1, math.ceil(header_timeout))}
 
 
 def ray_options_of(args) -> dict:

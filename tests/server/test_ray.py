@@ -1,5 +1,6 @@
 """The speech server on Ray Serve: a local CPU Ray cluster, `python -m omnivoice.server --ray --address ...`
-with two CPU replicas of the tiny model in a subprocess, driven by the official openai client and httpx.
+with two CPU replicas of the tiny model in a subprocess, driven by the official openai client and httpx; and
+`serve run`'s application (behind Serve's HTTP proxy) beside it for one test.
 
 One app for the whole module (Ray and Serve take a while to start); the replica is killed in the last test."""
 
@@ -32,14 +33,19 @@ from .conftest import API_KEY, REF_TEXT, ROOT, Server, free_port, stop_server, w
 FORMATS = ["mp3", "opus", "ogg", "flac", "wav", "pcm"]
 THREE = "The first one. A second sentence here! And the third?"
 PREFIX = "SERVE_REPLICA::omnivoice#SpeechModel#"
+PROXY_PORT = free_port()
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A local Ray cluster of three CPUs (two replicas of one CPU each, and room for nothing more), its object
-    store kept small; its address."""
+    """A local Ray cluster of four CPUs (the command's two replicas of one CPU each, one replica of the app behind
+    Serve's proxy, one to spare), its object store kept small; its address. Serve is started here, its HTTP
+    proxy on PROXY_PORT (keep_alive_timeout_s 2): the command, which starts none, leaves it as it is."""
+    from ray import serve
+
     os.environ.pop("RAY_ADDRESS", None)
-    with local_cluster(ROOT, num_cpus=3, object_store_memory=100 * 2**20, logging_level="ERROR") as address:
+    with local_cluster(ROOT, num_cpus=4, object_store_memory=100 * 2**20, logging_level="ERROR") as address:
+        serve.start(http_options={"host": "127.0.0.1", "port": PROXY_PORT, "keep_alive_timeout_s": 2})
         yield address
 
 
@@ -245,23 +251,26 @@ def test_metrics_label_each_replica_and_carry_serves(rserver):
         time.sleep(1)
 
 
-@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
-def test_connection_guards_behind_serves_proxy(rserver):
-    """What holds behind Serve's HTTP proxy (docs/SERVING.md): a keep-alive connection idle after a response is
-    closed (--header-timeout 2 is the proxy's keep_alive_timeout_s); the app's gates answer through it: two
-    Authorization headers, a body over --max-upload-mb (1 MiB) by its Content-Length or sent chunked."""
+def _guards_hold(server: Server, head_timeout: bool) -> None:
+    """A keep-alive connection idle after a response is closed; with `head_timeout`, also one that never sends a
+    whole head; two Authorization headers are a 400, a body over the 1 MiB limit a 413 (by its Content-Length, or
+    sent chunked)."""
     import socket
 
-    with socket.create_connection(("127.0.0.1", int(rserver.url.rsplit(":", 1)[1])), timeout=60) as s:
+    port = int(server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         assert s.recv(12) == b"HTTP/1.1 200"
         assert closed_by_server(s, within=60)  # Serve's default keep_alive_timeout_s is 90
-
-    r = httpx.post(f"{rserver.url}/v1/audio/speech", json={"input": "x"}, timeout=30,
+    if head_timeout:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: loc")
+            assert closed_by_server(s, within=60)
+    r = httpx.post(f"{server.url}/v1/audio/speech", json={"input": "x"}, timeout=30,
                    headers=[("Authorization", f"Bearer {API_KEY}"), ("Authorization", f"Bearer {API_KEY}")])
     assert (r.status_code, r.json()["error"]["code"]) == (400, "duplicate_header")
     big = b"x" * (2 * 2**20)
-    with rserver.client() as c:
+    with server.client() as c:
         r = c.post("/v1/audio/speech", content=big, headers={"Content-Type": "application/json"})
         assert (r.status_code, r.json()["error"]["code"]) == (413, "request_too_large")
         r = c.post("/v1/audio/speech", content=iter([big[:2**18]] * 8), headers={"Content-Type": "application/json"})
@@ -269,17 +278,70 @@ def test_connection_guards_behind_serves_proxy(rserver):
 
 
 @pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
-@pytest.mark.parametrize("headers", [{}, {"x-request-disconnect-disabled": "?1"}], ids=["plain", "proxy-told-not-to"])
-def test_a_client_that_leaves_a_stream_stops_the_replicas_work(rserver, headers):
+def test_the_commands_connection_guards_hold(rserver):
+    """The command serves HTTP itself, with the plain server's guards (--header-timeout 2, --max-upload-mb 1)."""
+    _guards_hold(rserver, head_timeout=True)
+
+
+@pytest.fixture
+def proxied(rserver, tiny_gguf, tmp_path):
+    """The application of `serve run omnivoice.server.ray:app` (SpeechIngress behind Serve's HTTP proxy, one CPU
+    replica), deployed beside the command's on the same cluster, its key and a 1 MiB body limit; deleted after."""
+    from ray import serve
+
+    from omnivoice.server.app import ServerConfig
+    from omnivoice.server.ray import absolute_paths, build
+
+    config = ServerConfig(model=str(tiny_gguf["f32"]), codec=str(tiny_gguf["codec"]), backend="cpu", threads=1,
+                          voices=tmp_path / "voices", api_key=API_KEY, max_upload_bytes=2**20)
+    serve.run(build(absolute_paths(config), gpus_per_replica=0), name="proxied", route_prefix="/")
+    server = Server(f"http://127.0.0.1:{PROXY_PORT}", tmp_path / "voices", None, tmp_path / "none.log", API_KEY)
+    deadline = time.monotonic() + 120
+    while httpx.get(f"{server.url}/health", timeout=30).status_code != 200:  # the ingress's backend loads
+        assert time.monotonic() < deadline, "the app behind Serve's proxy never became ready"
+        time.sleep(0.3)
+    try:
+        yield server
+    finally:
+        serve.delete("proxied")
+
+
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
+def test_behind_serves_proxy_the_apps_guards_hold_and_a_client_that_leaves_stops_the_work(proxied, rserver):
+    """`serve run`'s application behind Serve's HTTP proxy (docs/SERVING.md, "Connections"): the same tokens as
+    the command's; the proxy closes a keep-alive connection idle after a response (its keep_alive_timeout_s) and
+    the app's gates answer through it; a client that leaves a stream, having told Ray 2.60's proxy not to watch
+    for that (x-request-disconnect-disabled, a header the proxy takes from any client), still stops its work:
+    the ingress sees the disconnect itself."""
+    body = {"input": "Hello there.", "voice": "alloy", "seed": 5, "num_step": 2}
+    here, there = _say(proxied, body), _say(rserver, body)
+    assert here.status_code == 200, here.text
+    assert here.headers["x-omnivoice-tokens-sha256"] == there.headers["x-omnivoice-tokens-sha256"]
+    _guards_hold(proxied, head_timeout=False)
+
+    cancelled0 = proxied.metric("omnivoice_cancelled_requests_total")
+    long = " ".join(f"Sentence number {i} is here." for i in range(40))
+    body = {"model": "tts-1", "input": long, "response_format": "pcm", "num_step": 64, "stream_format": "audio"}
+    with proxied.client() as c, c.stream("POST", "/v1/audio/speech", json=body,
+                                         headers={"x-request-disconnect-disabled": "?1"}) as r:
+        assert r.status_code == 200
+        assert next(r.iter_raw())
+    deadline = time.monotonic() + 120
+    while proxied.metric("omnivoice_cancelled_requests_total") <= cancelled0 or \
+            sum(_replica_metric(proxied, "omnivoice_active_requests").values()) > 0:
+        assert time.monotonic() < deadline, "the request was not cancelled"
+        time.sleep(0.3)
+
+
+@pytest.mark.slow  # the module's Ray cluster and Serve app (15-30 s to start here)
+def test_a_client_that_leaves_a_stream_stops_the_replicas_work(rserver):
     """40 sentences of 64 steps streamed; the client reads the first audio and hangs up: the replicas run far
-    fewer than the 40 x 64 steps the whole request needs, and go idle. Also when the request tells Serve's proxy
-    not to watch for the client leaving (a header Ray 2.60's proxy takes from any client): the ingress sees the
-    disconnect itself."""
+    fewer than the 40 x 64 steps the whole request needs, and go idle."""
     steps0 = sum(_replica_metric(rserver, "omnivoice_engine_steps_total").values())
     cancelled0 = rserver.metric("omnivoice_cancelled_requests_total")
     long = " ".join(f"Sentence number {i} is here." for i in range(40))
     body = {"model": "tts-1", "input": long, "response_format": "pcm", "num_step": 64, "stream_format": "audio"}
-    with rserver.client() as c, c.stream("POST", "/v1/audio/speech", json=body, headers=headers) as r:
+    with rserver.client() as c, c.stream("POST", "/v1/audio/speech", json=body) as r:
         assert r.status_code == 200
         assert next(r.iter_raw())
     deadline = time.monotonic() + 120
@@ -373,3 +435,15 @@ def test_bad_ray_flags_are_one_error_line_before_ray_starts(tiny_gguf):
                        text=True, timeout=120, env=dict(os.environ, RAY_ADDRESS=""))
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1] == "error: --replicas 3..1: need 1 <= MIN <= MAX"
+    import socket
+
+    with socket.socket() as taken:  # a port in use: the command binds it before Ray starts
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "omnivoice.server", "--ray", "--gpus-per-replica", "0", "--model",
+                            str(tiny_gguf["f32"]), "--codec", str(tiny_gguf["codec"]), "--port", str(port)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120, env=dict(os.environ, RAY_ADDRESS=""))
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == f"error: cannot listen on 127.0.0.1:{port}: Address already in use " \
+                                                "(--host, --port)"
