@@ -319,16 +319,21 @@ def test_behind_serves_proxy_the_apps_guards_hold_and_a_client_that_leaves_stops
     assert here.headers["x-omnivoice-tokens-sha256"] == there.headers["x-omnivoice-tokens-sha256"]
     _guards_hold(proxied, head_timeout=False)
 
-    cancelled0 = proxied.metric("omnivoice_cancelled_requests_total")
+    _leave_a_long_stream(proxied, {"x-request-disconnect-disabled": "?1"})
+
+
+def _leave_a_long_stream(server: Server, headers: dict | None = None) -> None:
+    """Stream 40 sentences of 64 steps, read the first audio and hang up; return once /metrics counts the request
+    cancelled and no replica has an active request."""
+    cancelled0 = server.metric("omnivoice_cancelled_requests_total")
     long = " ".join(f"Sentence number {i} is here." for i in range(40))
     body = {"model": "tts-1", "input": long, "response_format": "pcm", "num_step": 64, "stream_format": "audio"}
-    with proxied.client() as c, c.stream("POST", "/v1/audio/speech", json=body,
-                                         headers={"x-request-disconnect-disabled": "?1"}) as r:
+    with server.client() as c, c.stream("POST", "/v1/audio/speech", json=body, headers=headers) as r:
         assert r.status_code == 200
         assert next(r.iter_raw())
     deadline = time.monotonic() + 120
-    while proxied.metric("omnivoice_cancelled_requests_total") <= cancelled0 or \
-            sum(_replica_metric(proxied, "omnivoice_active_requests").values()) > 0:
+    while server.metric("omnivoice_cancelled_requests_total") <= cancelled0 or \
+            sum(_replica_metric(server, "omnivoice_active_requests").values()) > 0:
         assert time.monotonic() < deadline, "the request was not cancelled"
         time.sleep(0.3)
 
@@ -338,17 +343,7 @@ def test_a_client_that_leaves_a_stream_stops_the_replicas_work(rserver):
     """40 sentences of 64 steps streamed; the client reads the first audio and hangs up: the replicas run far
     fewer than the 40 x 64 steps the whole request needs, and go idle."""
     steps0 = sum(_replica_metric(rserver, "omnivoice_engine_steps_total").values())
-    cancelled0 = rserver.metric("omnivoice_cancelled_requests_total")
-    long = " ".join(f"Sentence number {i} is here." for i in range(40))
-    body = {"model": "tts-1", "input": long, "response_format": "pcm", "num_step": 64, "stream_format": "audio"}
-    with rserver.client() as c, c.stream("POST", "/v1/audio/speech", json=body) as r:
-        assert r.status_code == 200
-        assert next(r.iter_raw())
-    deadline = time.monotonic() + 120
-    while rserver.metric("omnivoice_cancelled_requests_total") <= cancelled0 or \
-            sum(_replica_metric(rserver, "omnivoice_active_requests").values()) > 0:
-        assert time.monotonic() < deadline, "the request was not cancelled"
-        time.sleep(0.3)
+    _leave_a_long_stream(rserver)
     time.sleep(2.5)  # over two routing-stats periods: the replicas' last steps are in /metrics
     steps = sum(_replica_metric(rserver, "omnivoice_engine_steps_total").values()) - steps0
     assert 0 < steps < 40 * 64
