@@ -9,11 +9,11 @@ import argparse
 import logging
 import socket
 import sys
-from pathlib import Path
 
-from ..arguments import add_quant_option, add_threads_option
-from ..cli import EXIT_STATUS_HELP, run, setup_logging
+from ..cli import EXIT_STATUS_HELP
 from ..config import current
+from .arguments import add_engine_arguments, add_model_arguments, add_stream_and_log_arguments, \
+    check_engine_arguments, run_server
 
 log = logging.getLogger("omnivoice.server")
 
@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "response (default 10)")
     g.add_argument("--body-timeout", type=float, default=30.0,
                    help="seconds a request body may go without a byte before its connection is closed (default 30)")
-    add_log_level(g)
+    add_stream_and_log_arguments(g)
     g = p.add_argument_group("Ray Serve (extra [ray]; docs/SERVING.md)")
     g.add_argument("--ray", action="store_true", help="serve on Ray Serve: model replicas behind one endpoint")
     g.add_argument("--address", help="Ray cluster to join (e.g. auto, or HOST:6379; default: start a local one)")
@@ -73,58 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--target-ongoing", type=float, default=16.0,
                    help="autoscaling: requests queued or running per replica to aim for (default 16)")
     return p
-
-
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """The model's flags (a group of their own), as every server names them (also python -m omnivoice.wyoming)."""
-    g = p.add_argument_group("model")
-    g.add_argument("--model", help="LM GGUF, OmniVoice checkpoint directory or Hugging Face repo id "
-                                   "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
-    g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
-    g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
-    add_quant_option(g)
-    add_threads_option(g)
-
-
-def add_engine_arguments(g) -> None:
-    """The voice library's and the batched engine's flags (checked by check_engine_arguments)."""
-    g.add_argument("--voices", type=Path, default=Path("voices"),
-                   help="voice library folder of NAME.rvq + NAME.rvq.txt files (default ./voices)")
-    g.add_argument("--max-batch", default="auto", help="requests batched into one LM step (default auto)")
-    g.add_argument("--max-wait-ms", type=float, default=10.0,
-                   help="how long a request that arrives while others run may wait to join their batch "
-                        "(default 10; an idle engine starts at once)")
-    g.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503 (default 64)")
-    g.add_argument("--first-audio-ms", type=float, default=300.0,
-                   help="the schedule's first-audio deadline: a new stream's first piece is due this many ms after "
-                        "its arrival, and requests share the steps by deadline (omnivoice.engine.schedule; default "
-                        "300)")
-    g.add_argument("--max-step-positions", type=int,
-                   help="the step cap: packed LM positions one step may hold (a request larger than it runs alone), "
-                        "so that a waiting first piece is never stuck behind one huge step (default: the memory "
-                        "budget of --max-batch auto, on a GPU at most one graph's)")
-
-
-def check_engine_arguments(args) -> None:
-    """ValueError for a bad --max-batch, --max-queue, --max-wait-ms, --first-audio-ms, --max-step-positions or
-    --voices; --max-batch parsed."""
-    if args.max_batch != "auto":
-        try:
-            args.max_batch = int(args.max_batch)
-        except ValueError:
-            raise ValueError(f"--max-batch must be 'auto' or a positive integer, got {args.max_batch!r}") from None
-    for name, value in (("--max-batch", args.max_batch if args.max_batch != "auto" else 1),
-                        ("--max-queue", args.max_queue)):
-        if not value > 0:
-            raise ValueError(f"{name} must be positive, got {value}")
-    if args.max_wait_ms < 0:
-        raise ValueError(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
-    if not args.first_audio_ms >= 0:
-        raise ValueError(f"--first-audio-ms must be >= 0, got {args.first_audio_ms}")
-    if args.max_step_positions is not None and args.max_step_positions < 1:
-        raise ValueError(f"--max-step-positions must be positive, got {args.max_step_positions}")
-    if args.voices.exists() and not args.voices.is_dir():
-        raise ValueError(f"--voices {args.voices}: not a folder")
 
 
 def config_from_args(args):
@@ -261,22 +209,6 @@ def serve_ray(args) -> int:
                 ray.shutdown()
     finally:
         sock.close()
-
-
-def add_log_level(g) -> None:
-    g.add_argument("--short-first-piece", action="store_true",
-                   help="cut a streamed answer's long first sentence (over 80 characters) at a clause, so its first "
-                        "audio comes sooner; it changes that sentence's tokens (off: a one-sentence answer speaks as "
-                        "the Python API's synthesize)")
-    g.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-
-
-def run_server(parser: argparse.ArgumentParser, serve, argv: list[str] | None) -> int:
-    """A server's command: parse `argv`, log at --log-level, run `serve(args)` under cli.run (its exit statuses
-    and signal handling). Also python -m omnivoice.wyoming's."""
-    args = parser.parse_args(argv)
-    setup_logging(getattr(logging, args.log_level.upper()), "%(levelname)s %(name)s: %(message)s")
-    return run(lambda: serve(args))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,8 @@ from functools import partial
 
 from ..cli import EXIT_STATUS_HELP
 from ..options import OptionError, add_arguments, check_all, flag_message, flags, from_arguments
-from ..server.__main__ import add_engine_arguments, add_log_level, add_model_arguments, check_engine_arguments, \
-    run_server
+from ..server.arguments import add_engine_arguments, add_model_arguments, add_stream_and_log_arguments, \
+    check_engine_arguments, run_server
 
 # The synthesis options a command line sets for every answer (a Wyoming client cannot): all but the ones that
 # concern a whole text (duration, long-form chunking); each sentence is spoken on its own.
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--language", help="the language of a request that names none (default: none, the "
                                       "language-agnostic mode)")
     g.add_argument("--samples-per-chunk", type=int, default=1024, help="samples per audio-chunk event (default 1024)")
-    add_log_level(g)
+    add_stream_and_log_arguments(g)
     add_arguments(p.add_argument_group("synthesis (every answer)"), OPTION_NAMES)
     return p
 
