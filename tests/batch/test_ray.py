@@ -64,6 +64,22 @@ def test_two_cpu_actors_equal_a_local_run(tmp_path, tiny_gguf, cluster, capsys):
     assert "0 to do, 5 already done, 2 bad" in err, err
 
 
+def test_the_command_joins_a_running_cluster_by_its_address(tmp_path, tiny_gguf, cluster):
+    """python -m omnivoice.batch --ray ADDRESS as a user runs it: its own process, whose ray.init joins the cluster
+    (the test above runs the command in this process, already the cluster's driver)."""
+    import os
+    import subprocess
+    import sys
+
+    manifest = write_manifest(tmp_path / "lines.jsonl", [{"id": "one", "text": "Joined.", "seed": 1}])
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    r = subprocess.run([sys.executable, "-m", "omnivoice.batch", str(manifest), "-o", str(tmp_path / "out"),
+                        "--num-step", "2", *model_args(tiny_gguf), "--ray", cluster, "--cpu-actors", "1",
+                        "--threads", "1"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "pid " in r.stderr and (tmp_path / "out" / "one.wav").is_file(), r.stderr
+
+
 @pytest.mark.slow  # Ray Data starts its stats actor and the predictor's: 20-28 s beside two CPU hogs on 2 cores
 def test_ray_data_predictor_gives_each_row_its_solo_result(tiny_gguf, cluster):
     pytest.importorskip("pyarrow", reason="Ray Data needs pyarrow (the [ray] extra installs ray[data])")
