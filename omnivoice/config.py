@@ -74,7 +74,8 @@ VARIABLES: tuple[Variable, ...] = (
              "1/0: a packed batch's attention in padded buckets, or one call per segment (default: padded on "
              "GPUs with flash attention)", "LanguageModel(padded_attention=)"),
     Variable("OMNIVOICE_LM_GRAPHS", "lm_graphs", lambda n, t: _count(n, t, 0) if t else None,
-             "how many closed LM graphs are kept for the next of their shape or shape class (default 16 on GPUs, 0 on the CPU)",
+             "how many closed LM graphs are kept for the next of their shape or shape class (default 16 on GPUs, 0 on "
+             "the CPU)",
              "LanguageModel(max_graphs=)"),
     Variable("OMNIVOICE_PIPELINE", "pipeline", _switch,
              "1/0: the engine runs two step groups, one on the device while the host makes the other's choices "

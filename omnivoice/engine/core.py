@@ -209,14 +209,15 @@ class BatchEngine:
             if pipeline is None:
                 pipeline = self.lm.runtime.waits_per_graph
         self.pipelined = bool(pipeline)
-        # the device's MaskGIT (CUDA with patch 0024) for a few greedy tasks (_on_device); OmniVoice(device_maskgit=
+        # the device's MaskGIT (CUDA with patch 0024) for groups of greedy tasks (_on_device); OmniVoice(device_maskgit=
         # False) or OMNIVOICE_DEVICE_MASKGIT=0 switches it off in the LM
         self.device_maskgit = self.lm.device_maskgit
         # how many tasks a device run takes at most (OMNIVOICE_DEVICE_REQUESTS); past that the host steps them in
         # two pipelined groups
         if device_requests is None:
             device_requests = current().device_requests or DEVICE_MAX_REQUESTS
-        if isinstance(device_requests, bool) or not isinstance(device_requests, (int, np.integer)) or device_requests < 1:
+        if (isinstance(device_requests, bool) or not isinstance(device_requests, (int, np.integer))
+                or device_requests < 1):
             raise ValueError(f"device_requests must be a positive integer, got {device_requests!r}")
         self.device_requests = int(device_requests)
         self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]

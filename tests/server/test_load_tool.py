@@ -69,7 +69,8 @@ def test_load_tool_streaming_loads_over_http(server, tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "server_load.py"), "--url", server.url,
                         "--api-key", API_KEY, "--clients", "1,2", "--requests", "2", "--ttfb-repeats", "0",
                         "--ws-repeats", "0", "--num-step", "1", "--loads", "closed,conversational",
-                        "--ramp-s", "0.5", "--label", "tree", "--json", str(out)], capture_output=True, text=True, timeout=600)
+                        "--ramp-s", "0.5", "--label", "tree", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
     assert result["concurrency"] == [] and result["label"] == "tree"
