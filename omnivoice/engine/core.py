@@ -52,7 +52,7 @@ from ..config import current
 from ..generate.philox import CudaPhiloxGenerator
 from ..pipeline import CancelCallback, Cancelled, ProgressCallback, SynthesisResult, chunk_at, make_rng
 from ..settings import Settings
-from .memory import Limits, resolve_limits
+from .memory import Limits, is_count, resolve_limits
 from .request import SynthesisRequest
 from .schedule import FIRST_AUDIO_S, select, select_arrival, unit_deadline
 from .voices import VoiceCache
@@ -188,9 +188,7 @@ class BatchEngine:
                  device_requests: Optional[int] = None) -> None:
         if not first_audio >= 0:
             raise ValueError(f"first_audio must be >= 0 seconds, got {first_audio!r}")
-        if max_step_positions is not None and (isinstance(max_step_positions, bool) or
-                                               not isinstance(max_step_positions, (int, np.integer)) or
-                                               max_step_positions < 1):
+        if max_step_positions is not None and not is_count(max_step_positions):
             raise ValueError(f"max_step_positions must be a positive integer or None, got {max_step_positions!r}")
         self.ov = ov
         self.pipeline, self.lm, self.codec = ov.pipeline, ov.lm, ov.codec
@@ -216,8 +214,7 @@ class BatchEngine:
         # two pipelined groups
         if device_requests is None:
             device_requests = current().device_requests or DEVICE_MAX_REQUESTS
-        if (isinstance(device_requests, bool) or not isinstance(device_requests, (int, np.integer))
-                or device_requests < 1):
+        if not is_count(device_requests):
             raise ValueError(f"device_requests must be a positive integer, got {device_requests!r}")
         self.device_requests = int(device_requests)
         self._groups = [_Group() for _ in range(2 if self.pipelined else 1)]

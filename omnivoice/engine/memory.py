@@ -81,13 +81,18 @@ def measure_lm(lm, n_text: int = 64, n_target: int = 128) -> tuple[float, float]
     return per_position, fixed
 
 
+def is_count(value) -> bool:
+    """Whether `value` is a whole number of at least 1 (a Python or numpy integer; not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= 1
+
+
 def resolve_limits(ov, max_batch="auto", max_positions: Optional[int] = None) -> Limits:
     """Limits for an engine on `ov`: an int `max_batch` is the request count (positions unlimited unless
     `max_positions` is given); "auto" takes the count by device kind and the positions from free memory. On a
     GPU the positions never exceed what one graph may hold (runners.lm.MAX_GPU_POSITIONS)."""
     runtime = ov.lm.runtime
     if max_batch != "auto":
-        if isinstance(max_batch, bool) or not isinstance(max_batch, (int, np.integer)) or max_batch < 1:
+        if not is_count(max_batch):
             raise ValueError(f"batch size must be a positive integer or 'auto', got {max_batch!r}")
         count = int(max_batch)
     else:
