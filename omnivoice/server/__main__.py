@@ -12,8 +12,8 @@ import sys
 
 from ..cli import EXIT_STATUS_HELP
 from ..config import current
-from .arguments import add_engine_arguments, add_model_arguments, add_stream_and_log_arguments, \
-    check_engine_arguments, run_server
+from .arguments import add_engine_arguments, add_stream_and_log_arguments, check_engine_arguments, \
+    run_server, server_parser
 
 log = logging.getLogger("omnivoice.server")
 
@@ -37,11 +37,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m omnivoice.server", epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="OpenAI-compatible OmniVoice speech server.")
-    add_model_arguments(p)
-    g = p.add_argument_group("serving")
+    p, g = server_parser("python -m omnivoice.server", "OpenAI-compatible OmniVoice speech server.", EPILOG)
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     g.add_argument("--port", type=int, default=8000)
     g.add_argument("--api-key", default=current().api_key,

@@ -12,7 +12,16 @@ from ..arguments import add_quant_option, add_threads_option
 from ..cli import run, setup_logging
 
 __all__ = ["add_engine_arguments", "add_model_arguments", "add_stream_and_log_arguments", "check_engine_arguments",
-           "run_server"]
+           "run_server", "server_parser"]
+
+
+def server_parser(prog: str, description: str, epilog: str):
+    """A speech server's command line: the model's flags, then the "serving" group, returned with the parser for
+    the command's own flags."""
+    p = argparse.ArgumentParser(prog=prog, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description=description)
+    add_model_arguments(p)
+    return p, p.add_argument_group("serving")
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,8 +13,8 @@ from functools import partial
 
 from ..cli import EXIT_STATUS_HELP
 from ..options import OptionError, add_arguments, check_all, flag_message, flags, from_arguments
-from ..server.arguments import add_engine_arguments, add_model_arguments, add_stream_and_log_arguments, \
-    check_engine_arguments, run_server
+from ..server.arguments import add_engine_arguments, add_stream_and_log_arguments, check_engine_arguments, \
+    run_server, server_parser
 
 # The synthesis options a command line sets for every answer (a Wyoming client cannot): all but the ones that
 # concern a whole text (duration, long-form chunking); each sentence is spoken on its own.
@@ -33,11 +33,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m omnivoice.wyoming", epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                description="OmniVoice as a Wyoming text-to-speech service.")
-    add_model_arguments(p)
-    g = p.add_argument_group("serving")
+    p, g = server_parser("python -m omnivoice.wyoming", "OmniVoice as a Wyoming text-to-speech service.", EPILOG)
     g.add_argument("--uri", default="tcp://127.0.0.1:10200",
                    help="where to listen: tcp://HOST:PORT, unix://PATH or stdio:// (default tcp://127.0.0.1:10200)")
     add_engine_arguments(g)
