@@ -442,7 +442,10 @@ if part cuda_wheel && fits 420 "cuda_wheel"; then
   tiny_pid=$!
   # the wheel's build replaces omnivoice/ggml/_lib: this machine's own build is put back after it
   rm -rf "$W/lib-kept"; [ -d omnivoice/ggml/_lib ] && cp -a omnivoice/ggml/_lib "$W/lib-kept"
-  WHEEL_CMAKE_ARGS=${WHEEL_CMAKE_ARGS:--DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90}}
+  # NCCL off: ggml-cuda links it (where the machine has it) for a model split over GPUs in one process, which
+  # the package never does (a process runs on one device; several GPUs are Ray's); auditwheel grafted it,
+  # 179 of the wheel's 229 MiB (2026-12-05, H100 image: libnccl 2.28.3)
+  WHEEL_CMAKE_ARGS=${WHEEL_CMAKE_ARGS:--DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90} -DGGML_CUDA_NCCL=OFF}
   stamp "wheel: CMAKE_ARGS=$WHEEL_CMAKE_ARGS (and the CPU backend for every x86 level, unless they say otherwise)"
   PYTHONPATH=$W/wheel-tools${PYTHONPATH:+:$PYTHONPATH} PATH=$W/wheel-tools/bin:$PATH CMAKE_ARGS=$WHEEL_CMAKE_ARGS \
     AUDITWHEEL_EXCLUDE="libcuda.so.1 libcudart.so.* libcublas.so.* libcublasLt.so.*" \
