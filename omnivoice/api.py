@@ -47,8 +47,8 @@ class OmniVoice:
     models' graphs and buffers are reused from call to call. stream() and Speaker take the lock per sentence, so
     several streams interleave sentence by sentence. The codec runs on backend handles of its own (a sibling of the
     LM's runtime, `codec_runtime`) under a lock of its own, taken after the first where both are held: voice
-    encodings, and an engine's decodes on its decode thread, run beside another thread's LM steps. For parallel
-    work, use one object per device (each holds its own copy of the weights).
+    encodings run beside another thread's LM steps. For parallel work, use one object per device (each holds its own
+    copy of the weights).
     """
 
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
@@ -359,17 +359,14 @@ class OmniVoice:
         return synthesize_batch(self, requests, batch_size, progress)
 
     def engine(self, max_batch: Union[int, str] = "auto", max_wait_ms: float = 20.0, max_queue: int = 256,
-               first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None,
-               overlap_decode: Optional[bool] = None):
+               first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None):
         """A background engine for servers (continuous batching): engine.submit(request, stream=False) -> Job.
         Close it (or use it as a context manager) before closing this object. See omnivoice.engine.service
-        (the schedule's knobs: a new stream's first-audio deadline, the packed positions a step may hold) and
-        engine.core (`overlap_decode`: decodes on a thread of their own, default on CUDA)."""
+        (the schedule's knobs: a new stream's first-audio deadline, the packed positions a step may hold)."""
         from .engine import Engine
 
         return Engine(self, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
-                      first_audio_ms=first_audio_ms, max_step_positions=max_step_positions,
-                      overlap_decode=overlap_decode)
+                      first_audio_ms=first_audio_ms, max_step_positions=max_step_positions)
 
     # ------------------------------------------------------------------------------------------ lifetime
     def close(self) -> None:

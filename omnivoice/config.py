@@ -6,8 +6,8 @@ into one typed, frozen record (docs/CONFIG.md has the table; VARIABLES is its so
 
 No other module reads an `OMNIVOICE_*` variable (tests/test_config.py checks). Every setting a user would
 change is also an argument in code (the `argument` column): OmniVoice(n_threads=, exact_f32=, cpu_products=,
-device_maskgit=, model=), LanguageModel(variant=, padded_attention=, max_graphs=), BatchEngine(pipeline=,
-overlap_decode=); an argument given wins over the variable. `current()` parses the variables again only when one of them changed, so a test may
+device_maskgit=, model=), LanguageModel(variant=, padded_attention=, max_graphs=), BatchEngine(pipeline=); an
+argument given wins over the variable. `current()` parses the variables again only when one of them changed, so a test may
 set one per process or with monkeypatch. A malformed value is a ValueError naming the variable.
 
 This module imports nothing of the package: every layer may use it.
@@ -80,9 +80,6 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("OMNIVOICE_PIPELINE", "pipeline", _switch,
              "1/0: the engine runs two step groups, one on the device while the host makes the other's choices "
              "(default: where a graph's run can be waited for alone, CUDA)", "BatchEngine(pipeline=)"),
-    Variable("OMNIVOICE_OVERLAP_DECODE", "overlap_decode", _switch,
-             "1/0: the engine decodes finished audio on a thread of its own, beside its next LM steps, the codec on "
-             "backend handles of its own (default: on CUDA; the solo path never)", "BatchEngine(overlap_decode=)"),
     Variable("OMNIVOICE_GGML_LIB_DIR", "ggml_lib_dir", lambda n, t: Path(t) if t else None,
              "load ggml from this folder instead of the package's own build (read when omnivoice.ggml is first "
              "imported)"),
@@ -106,7 +103,6 @@ class Config:
     padded_attention: Optional[bool] = None
     lm_graphs: Optional[int] = None
     pipeline: Optional[bool] = None
-    overlap_decode: Optional[bool] = None
     ggml_lib_dir: Optional[Path] = None
     api_key: Optional[str] = None
 

@@ -108,7 +108,6 @@ WORDS = ("the a of and to in is it you that he was for on are with as his they b
          "brought heat snow tire bring yes distant fill east paint language among").split()
 RATE = 24000
 PHASES = ("admit", "graph", "lm_ids", "lm_run", "lm_read", "wait", "maskgit", "decode")  # BatchEngine.timings
-BESIDE = ("decode_overlap",)  # BatchEngine.timings of the engine's decode thread: beside the engine thread's
 
 
 def cpu_model() -> str:
@@ -330,13 +329,12 @@ class InProcess:
 
 def engine_share(before: dict[str, float], after: dict[str, float], wall: float) -> dict:
     """What the engine did during a count's wall time: steps, mean requests a step, graph switches and reuses,
-    and its thread's seconds by phase (their sum against the wall: the rest is the thread waiting for requests;
-    the decode thread's decode_overlap runs beside them and is not counted in that share)."""
+    and its thread's seconds by phase (their sum against the wall: the rest is the thread waiting for requests)."""
     d = {k: after[k] - before.get(k, 0.0) for k in after}
     phases = {k[len("seconds_"):]: v for k, v in d.items() if k.startswith("seconds_")}
     return {"steps": d.get("steps", 0), "mean_batch": d.get("packed_requests", 0) / max(1, d.get("steps", 0)),
             "graphs": d.get("graphs", 0), "graphs_reused": d.get("graphs_reused", 0), "seconds": phases,
-            "busy_share": sum(v for k, v in phases.items() if k not in BESIDE) / wall}
+            "busy_share": sum(phases.values()) / wall}
 
 
 async def concurrent(target, body: dict, clients: int, requests: int, warmup: bool, vary: bool = False) -> dict:
@@ -530,15 +528,13 @@ def markdown(result: dict) -> str:
                    f"| {r['requests_per_s']:.2f} | {r['p50_s']:.2f} | {r['p95_s']:.2f} |")
     out += ["", "The engine thread meanwhile (its counters: from /metrics over HTTP, or the engine's own with --in-process): steps, mean requests a step, "
             "graph switches (reused), seconds by phase, and the phases' share of the wall time:", "",
-            "| clients | steps | mean batch | graphs (reused) | " + " | ".join(PHASES) + " | busy | "
-            + " | ".join(BESIDE) + " |",
-            "|---:|---:|---:|---:|" + "---:|" * len(PHASES) + "---:|" + "---:|" * len(BESIDE)]
+            "| clients | steps | mean batch | graphs (reused) | " + " | ".join(PHASES) + " | busy |",
+            "|---:|---:|---:|---:|" + "---:|" * len(PHASES) + "---:|"]
     for r in result["concurrency"]:
         e = r["engine"]
         out.append(f"| {r['clients']} | {e['steps']:.0f} | {e['mean_batch']:.1f} | {e['graphs']:.0f} "
                    f"({e['graphs_reused']:.0f}) | " + " | ".join(f"{e['seconds'].get(p, 0):.3f}" for p in PHASES)
-                   + f" | {e['busy_share']:.0%} | " + " | ".join(f"{e['seconds'].get(p, 0):.3f}" for p in BESIDE)
-                   + " |")
+                   + f" | {e['busy_share']:.0%} |")
     return "\n".join(out)
 
 

@@ -27,15 +27,6 @@ Finished units are decoded together (codec decode_iter), each request post-proce
 (on a GPU, while the codec's next graph runs), and clone references of requests admitted together are encoded
 together.
 
-With `overlap_decode` (BatchEngine(overlap_decode=), OMNIVOICE_OVERLAP_DECODE=1/0; default on CUDA) the finished
-units are handed to a decode thread of the engine's (a one-worker executor) and this thread goes on with the next
-LM steps: the codec has backend handles of its own (OmniVoice.codec_runtime; on CUDA its own streams) and a lock
-of its own, so its graphs run beside the LM's rather than queued behind them. A stream's piece goes to its
-`on_audio` from the decode thread as soon as it is post-processed (pieces in order: one worker, jobs in order);
-the task itself finishes in a later `step()`, which also drops the audio of a task cancelled meanwhile. Off on the
-CPU, where the decode would take its cores from the LM, and on Vulkan and Metal (two threads on backend handles of
-one device: not checked there). The solo path (engine.solo) never overlaps: a lone request has no next step.
-
 Every synthesis goes through here: `OmniVoice.synthesize`, `stream`, `Speaker`, `dub` and `generate_tokens` run
 their request as a batch of one on the caller's thread (engine.solo), `synthesize_batch` and the batch CLI as an
 offline batch (engine.offline), `ov.engine()` and the server on a background thread (engine.service).
@@ -46,10 +37,8 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
-import queue
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -84,8 +73,7 @@ class Task:
     `rng`: the generator to draw from (default: a new one from the settings' seed; a Speaker threads one through
     its calls). `progress(done, total)` is called after each MaskGIT step (steps a short chunk skips counted at
     its end); `cancel()` is polled before each step (on the device path before and after each run of steps),
-    True failing the task with Cancelled. With the engine's overlapped decodes `on_audio` is called on its
-    decode thread: it must hand the piece over (a queue) and not call into the model. `dump`: a folder for
+    True failing the task with Cancelled. `dump`: a folder for
     prompt_ids.npy and logits0.npy (chunk 0's prompt and step-0 conditional logits) and tokens_N.npy. Without
     `decode` the result holds the tokens only (empty audio).
     """
@@ -116,7 +104,6 @@ class Task:
         self.error: Optional[BaseException] = None
         self.cancelled = False
         self.cancel_error: Optional[BaseException] = None  # what the cancel callback raised
-        self.audio_failed = False  # a piece's decode failed on the decode thread: its later pieces are dropped
         self.t_added = time.perf_counter()
         self.t_started: Optional[float] = None    # first admitted (a task parked since keeps it)
         # the schedule (engine.schedule): arrival order, the current unit's deadline and packed positions, and
@@ -198,8 +185,7 @@ class BatchEngine:
     def __init__(self, ov, max_batch: int | str = "auto", max_positions: Optional[int] = None,
                  pipeline: Optional[bool] = None, deadlines: bool = False, first_audio: float = FIRST_AUDIO_S,
                  max_step_positions: Optional[int] = None, clock: Callable[[], float] = time.perf_counter,
-                 device_requests: Optional[int] = None, overlap_decode: Optional[bool] = None,
-                 on_decoded: Optional[Callable[[], None]] = None) -> None:
+                 device_requests: Optional[int] = None) -> None:
         if not first_audio >= 0:
             raise ValueError(f"first_audio must be >= 0 seconds, got {first_audio!r}")
         if max_step_positions is not None and not is_count(max_step_positions):
@@ -235,22 +221,6 @@ class BatchEngine:
         self._member: dict[int, int] = {}   # id(task) -> group index
         self._decodes: list[_Decode] = []
         self._finished: list[Task] = []
-        # Overlapped decodes (module docstring): a decode thread, made at the first decode; the jobs it was given
-        # and this thread has not taken back; what it gives back, (task, audio, or the error that failed it, or
-        # None where the task was cancelled first; decode seconds); and `on_decoded`, called on the decode thread
-        # as each comes back (the service's wake-up).
-        if overlap_decode is None:
-            overlap_decode = current().overlap_decode
-            if overlap_decode is None:  # CUDA: the backend handles of one device checked to run side by side
-                overlap_decode = self.lm.runtime.device.backend.lower() == "cuda"
-        codec_runtime = getattr(self.codec, "runtime", None)
-        if overlap_decode and (codec_runtime is None or codec_runtime is self.lm.runtime):
-            raise ValueError("overlap_decode needs the codec on backend handles of its own (OmniVoice.codec_runtime)")
-        self.overlap_decode = bool(overlap_decode)
-        self.on_decoded = on_decoded
-        self._decoder: Optional[ThreadPoolExecutor] = None
-        self._decoding = 0
-        self._decoded_back: queue.SimpleQueue = queue.SimpleQueue()
         # steps: MaskGIT steps run (packed graph runs collected, and steps run on the device); graphs: graph
         # switches (the set of packed chunks changed), of which graphs_reused took a graph a closed session of the
         # same shape left (no build: LanguageModel.max_graphs); packed_requests: the requests of every step,
@@ -260,15 +230,12 @@ class BatchEngine:
         # admit (voices, plans, prompts), graph (building packed graphs), the LM steps' ids, graph runs (launch
         # and wait; pipelined, a wait includes the other group's run queued before) and read-backs, wait (time
         # spent waiting for a graph run: device-bound time), maskgit (the host's choices), decode (codec and
-        # post-processing on this thread; with overlapped decodes the hand-over only), and decode_overlap: the
-        # decode thread's busy seconds (codec and post-processing), which run beside the other phases and are no
-        # part of this thread's wall time.
+        # post-processing).
         self.timings = dict.fromkeys(("admit", "graph", "lm_ids", "lm_run", "lm_read", "wait", "maskgit",
-                                      "decode", "decode_overlap"), 0.0)
+                                      "decode"), 0.0)
         # The model's graphs and buffers serve one caller at a time: the LM's graph runs and builds hold the
         # OmniVoice's lock, the codec's encodes and decodes its codec lock (taken after the first where both are
-        # held), so synthesize() or create_voice() from another thread runs between them, and the decode thread's
-        # work beside this thread's LM steps.
+        # held), so synthesize() or create_voice() from another thread runs between them.
         self._model_lock = getattr(ov, "_lock", None) or contextlib.nullcontext()
         self._codec_lock = getattr(ov, "_codec_lock", None) or contextlib.nullcontext()
 
@@ -294,17 +261,6 @@ class BatchEngine:
 
     @property
     def busy(self) -> bool:
-        """Whether any task is unfinished here: queued, running, or its audio being decoded."""
-        return self.has_work or self._decoding > 0
-
-    @property
-    def has_work(self) -> bool:
-        """Whether step() has something to do now: tasks to admit or step, runs to collect, units to decode, or
-        decoded audio to take back (busy but for decodes still on the decode thread)."""
-        return self._stepping or not self._decoded_back.empty()
-
-    @property
-    def _stepping(self) -> bool:
         return bool(self.pending or self.active or self._decodes or any(g.inflight for g in self._groups))
 
     @property
@@ -324,10 +280,7 @@ class BatchEngine:
         chunk, decode what finished. Returns the tasks that finished (result or error) in this round.
 
         Pipelined, a round collects each group's graph run launched in the round before (applying its choices)
-        and launches the group's next one, so the graphs keep running between rounds and calls. With overlapped
-        decodes a round hands its finished units to the decode thread and returns the tasks whose audio came back
-        since; a round with nothing else to do waits for the next of them (so `while busy: step()` does not spin)."""
-        taken = self._take_decoded()
+        and launches the group's next one, so the graphs keep running between rounds and calls."""
         self._drop_cancelled()
         if admit and self.pending:
             t0 = time.perf_counter()
@@ -342,9 +295,9 @@ class BatchEngine:
                 self._collect(g)
         if self._decodes:
             t0 = time.perf_counter()
-            self._flush_decodes()
+            with self._codec_lock:
+                self._flush_decodes()
             self.timings["decode"] += time.perf_counter() - t0
-        self._take_decoded(wait=not taken and not self._finished and not self._stepping)
         done, self._finished = self._finished, []
         return done
 
@@ -687,128 +640,37 @@ class BatchEngine:
 
     # ------------------------------------------------------------------------------------------ audio
     def _flush_decodes(self) -> None:
-        """Decode the finished units: here, or with overlapped decodes on the decode thread (the tasks finish in
-        a later step, _take_decoded)."""
+        """Decode the finished units together and post-process each job as soon as its audio is back, so that on
+        a GPU the post-processing overlaps the codec's next graph run. A task's decode time runs from the start
+        of the flush to its audio being ready."""
         if not self._decodes:
             return
         jobs, self._decodes = self._decodes, []
         jobs = [j for j in jobs if not j[0].finished]
         if not jobs:
             return
-        if self.overlap_decode:
-            if self._decoder is None:
-                self._decoder = ThreadPoolExecutor(1, thread_name_prefix="omnivoice-decode")
-            self._decoding += len(jobs)
-            self._decoder.submit(self._decode_beside, jobs)
-            return
-        with self._codec_lock:
-            for (t, _, _), out, decode_s in self._decode(jobs):
-                self._take_audio(t, self._hand_over(t, out), decode_s)
-
-    @staticmethod
-    def _hand_over(t: Task, out):
-        """A stream's piece to its on_audio; what the task's outcome is then: the piece, or the exception that
-        failed it (the decode's, or the callback's)."""
-        if t.stream and t.on_audio is not None and not isinstance(out, BaseException):
-            try:
-                t.on_audio(out)
-            except Exception as e:
-                return e
-        return out
-
-    def _decode(self, jobs: list[_Decode]) -> Iterator[tuple[_Decode, object, float]]:
-        """(job, post-processed float32 audio or the exception that failed it, decode seconds) for each job, in
-        order, as soon as its audio is back: the jobs decoded together, each post-processed as its audio comes, so
-        that on a GPU the post-processing overlaps the codec's next graph run. A task's decode time runs from the
-        start to its audio being ready. The caller holds the codec's lock."""
         t0 = time.perf_counter()
-        for job, pieces in self._decoded(jobs):
-            t, codes, voice = job
+        for (t, codes, voice), pieces in self._decoded(jobs):
             try:
-                if isinstance(pieces, Exception):
-                    raise pieces
                 if pieces is None:  # the batch failed: decode each job alone, so only a bad one fails
                     pieces = self.codec.decode_batch(codes)
                 out = self.pipeline.finish(pieces, voice, t.settings).astype(np.float32, copy=False)
             except Exception as e:
-                yield job, e, 0.0
+                self._fail(t, e)
                 continue
-            yield job, out, time.perf_counter() - t0
-
-    def _decode_beside(self, jobs: list[_Decode]) -> None:
-        """The decode thread's work on one flush's jobs: each job's outcome given back (_decoded_back) as soon as
-        it is ready, a stream's piece handed to its on_audio first. A task cancelled or failed meanwhile is not
-        decoded (None given back), nor are the pieces after one whose decode failed. Every job is given back,
-        whatever happens, or the engine would wait for it for ever."""
-        t0 = time.perf_counter()
-        left = {id(j): j for j in jobs}  # not given back yet
-
-        def give(job: _Decode, out, decode_s: float = 0.0) -> None:
-            del left[id(job)]
-            self._decoded_back.put((job[0], out, decode_s))
-            if self.on_decoded is not None:
-                self.on_decoded()
-
-        try:
-            live = []
-            for job in jobs:
-                t = job[0]
-                if t.finished or t.cancelled or t.audio_failed:
-                    give(job, None)
-                else:
-                    live.append(job)
-            with self._codec_lock:
-                for job, out, decode_s in self._decode(live):
-                    t = job[0]
-                    if not (t.finished or t.cancelled):
-                        out = self._hand_over(t, out)
-                    if isinstance(out, BaseException):
-                        t.audio_failed = True
-                    give(job, out, decode_s)
-        except BaseException as e:  # a failure outside a job's own decode (a bug): the jobs left fail with it
-            log.exception("the decode thread failed")
-            for job in list(left.values()):
-                job[0].audio_failed = True
-                give(job, e)
-        finally:
-            self.timings["decode_overlap"] += time.perf_counter() - t0
-
-    def _take_decoded(self, wait: bool = False) -> int:
-        """Finish the tasks whose audio the decode thread gave back; with `wait`, wait for one first if none is
-        back yet (while any job is out). Returns how many came back."""
-        taken = 0
-        while self._decoding:
-            try:
-                t, out, decode_s = self._decoded_back.get(block=wait and not taken)
-            except queue.Empty:
-                break
-            taken += 1
-            self._decoding -= 1
-            if out is None:  # not decoded: the task was dropped first
-                if not t.finished:
-                    self._fail(t, t.cancel_error or Cancelled("synthesis cancelled"))
-                continue
-            self._take_audio(t, out, decode_s)
-        return taken
-
-    def _take_audio(self, t: Task, out, decode_s: float) -> None:
-        """A job's outcome (its post-processed audio, or the exception that failed it) for its task: a stream's
-        piece (on_audio has had it), finishing the task with its last one, or a whole result."""
-        if t.finished:
-            return
-        if isinstance(out, BaseException):
-            self._fail(t, out)
-        elif t.stream:
-            t.pieces.append(out)
-            if len(t.pieces) == len(t.sentences):
-                self._succeed(t, np.concatenate(t.pieces), decode_s)
-        else:
-            self._succeed(t, out, decode_s)
+            if t.stream:
+                t.pieces.append(out)
+                if t.on_audio is not None:
+                    t.on_audio(out)
+                if t.unit >= len(t.sentences):
+                    self._succeed(t, np.concatenate(t.pieces), time.perf_counter() - t0)
+            else:
+                self._succeed(t, out, time.perf_counter() - t0)
 
     def _decoded(self, jobs: list[_Decode]) -> Iterator[tuple[_Decode, Optional[list[np.ndarray]]]]:
         """Each job with its decoded code sequences as soon as the codec has them all (one batched decode_iter);
-        if that decode fails, every job not yet given comes with None instead (to be decoded alone), a lone job
-        with the exception."""
+        if that decode fails, every job not yet given comes with None instead (to be decoded alone). A lone
+        job's failure is raised."""
         owner = [j for j, (_, codes, _) in enumerate(jobs) for _ in codes]  # the job of each sequence
         pieces: list[list[np.ndarray]] = [[] for _ in jobs]
         given = 0  # sequences come back in order: jobs[:given] have been given
@@ -819,9 +681,11 @@ class BatchEngine:
                 if len(pieces[j]) == len(jobs[j][1]):
                     given = j + 1
                     yield jobs[j], pieces[j]
-        except Exception as e:
+        except Exception:
+            if len(jobs) == 1:
+                raise
             for job in jobs[given:]:
-                yield job, (e if len(jobs) == 1 else None)
+                yield job, None
 
     def _succeed(self, t: Task, audio: np.ndarray, decode_s: float) -> None:
         now = time.perf_counter()
@@ -842,21 +706,15 @@ class BatchEngine:
 
     # ------------------------------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Wait for graph runs and decodes in flight (the decode thread ends), free the graphs; tasks still queued,
-        running or not yet decoded fail with Cancelled (the next step() returns them and those decoded meanwhile)."""
+        """Wait for graph runs in flight, free the graphs; tasks still queued or running fail with Cancelled."""
         for g in self._groups:
             g.inflight = None
             with self._model_lock:
                 g.close()  # waits for a run still on the device before freeing its graph
-        decoder, self._decoder = self._decoder, None
-        if decoder is not None:
-            decoder.shutdown(wait=True)  # every job it was given is given back
-        self._take_decoded()
-        for t in list(self.pending) + list(self.active) + [job[0] for job in self._decodes]:
+        for t in list(self.pending) + list(self.active):
             self._fail(t, Cancelled("engine closed"))
         self.pending.clear()
         self.active.clear()
-        self._decodes.clear()
 
     def __enter__(self) -> "BatchEngine":
         return self

@@ -20,10 +20,6 @@ Streaming (`stream=True`) cuts the text by the streaming rule (text.streaming: s
 so the first audio comes early), as `OmniVoice.stream` does; each sentence is decoded and post-processed on its own,
 and without a voice prompt sentence 0's tokens and text voice the rest, as long form and `OmniVoice.stream`
 do. Without streaming, `chunks()` yields the whole result once.
-
-With overlapped decodes (`overlap_decode`, default on CUDA: engine.core) the pieces are decoded on the engine's
-decode thread while this thread runs the next LM steps; a stream's piece is queued for its client as soon as it
-is post-processed, and a decode that comes back wakes the thread if it waits.
 """
 
 from __future__ import annotations
@@ -125,7 +121,7 @@ class Engine:
 
     def __init__(self, ov, max_batch: int | str = "auto", max_wait_ms: float = 20.0, max_queue: int = 256,
                  warm_up: Optional[bool] = None, first_audio_ms: float = FIRST_AUDIO_S * 1000,
-                 max_step_positions: Optional[int] = None, overlap_decode: Optional[bool] = None) -> None:
+                 max_step_positions: Optional[int] = None) -> None:
         if not max_wait_ms >= 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms!r}")
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
@@ -135,16 +131,11 @@ class Engine:
         self.max_queue = max_queue
         if not first_audio_ms >= 0:
             raise ValueError(f"first_audio_ms must be >= 0, got {first_audio_ms!r}")
-        self._cv = threading.Condition()
         self._core = BatchEngine(ov, max_batch=max_batch, deadlines=True, first_audio=first_audio_ms / 1000.0,
-                                 max_step_positions=max_step_positions, overlap_decode=overlap_decode,
-                                 on_decoded=self._wake)
+                                 max_step_positions=max_step_positions)
         if ov.runtime.is_gpu if warm_up is None else warm_up:
-            try:
-                offline.warm_up(ov, self._core)
-            except BaseException:
-                self._core.close()  # (its decode thread)
-                raise
+            offline.warm_up(ov, self._core)
+        self._cv = threading.Condition()
         self._inbox: deque[Job] = deque()
         self._jobs: dict[int, Job] = {}
         self._closed = False
@@ -201,8 +192,8 @@ class Engine:
 
     def counters(self) -> dict:
         """The engine thread's cumulative work so far: BatchEngine.stats (steps, graph switches, graphs reused,
-        requests packed into the steps, summed) and `seconds`, its wall seconds by phase (BatchEngine.timings;
-        decode_overlap is the decode thread's, beside them). A snapshot, readable from any thread."""
+        requests packed into the steps, summed) and `seconds`, its wall seconds by phase (BatchEngine.timings).
+        A snapshot, readable from any thread."""
         core = self._core
         return {**core.stats, "seconds": dict(core.timings)}
 
@@ -230,8 +221,7 @@ class Engine:
         try:
             while True:
                 with self._cv:
-                    # (a decode on the decode thread is waited for here: it wakes the thread when it is back)
-                    while not self._closed and not self._inbox and not core.has_work:
+                    while not self._closed and not self._inbox and not core.busy:
                         self._cv.wait()
                     if self._closed:
                         break

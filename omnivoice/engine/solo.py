@@ -22,7 +22,7 @@ __all__ = ["run_alone", "llm_logits"]
 def run_alone(ov, task: Task) -> SynthesisResult:
     """Run `task` to its end on this thread and return its result, or raise its error (Cancelled when its cancel
     callback stopped it). The caller holds `ov`'s lock when the call must not interleave with other threads'."""
-    engine = BatchEngine(ov, max_batch=1, overlap_decode=False)  # its decode has no next step to overlap
+    engine = BatchEngine(ov, max_batch=1)
     try:
         engine.add(task)
         while engine.busy:

@@ -18,9 +18,7 @@
     omnivoice_engine_seconds_total{phase}        the engine thread's wall seconds by phase (BatchEngine.timings:
                                                  admit, graph, lm_ids, lm_run, lm_read, wait, maskgit, decode);
                                                  with the scrapes' wall time, whether the server is bound by the
-                                                 device, the engine's host work, or waits for requests; and
-                                                 phase decode_overlap, the decode thread's busy seconds (beside
-                                                 the engine thread's, on CUDA: engine.core overlap_decode)
+                                                 device, the engine's host work, or waits for requests
 
 The engine's figures (queue depth, active requests, model loaded, omnivoice_engine_*) are read at scrape time
 from `engines()`: one snapshot per engine, with the labels that tell them apart: none for the plain server's
@@ -79,8 +77,7 @@ class _Engines:
             for labels, c in counted:
                 family.add_metric([labels.get(k, "") for k in names], c[key])
             yield family
-        family = CounterMetricFamily("omnivoice_engine_seconds", "The engine thread's wall seconds by phase "
-                                     "(decode_overlap: its decode thread's, beside them)",
+        family = CounterMetricFamily("omnivoice_engine_seconds", "The engine thread's wall seconds by phase",
                                      labels=names + ["phase"])
         for labels, c in counted:
             for phase, seconds in c["seconds"].items():
