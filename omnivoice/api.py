@@ -43,12 +43,10 @@ OPTIONS = DEFAULTS
 class OmniVoice:
     """OmniVoice text-to-speech on ggml: load once, synthesize many times. Frees its memory on close().
 
-    One object may be shared by threads: its calls are serialised by a lock, one synthesis at a time, since the
-    models' graphs and buffers are reused from call to call. stream() and Speaker take the lock per sentence, so
-    several streams interleave sentence by sentence. The codec runs on backend handles of its own (a sibling of the
-    LM's runtime, `codec_runtime`) under a lock of its own, taken after the first where both are held: voice
-    encodings run beside another thread's LM steps. For parallel work, use one object per device (each holds its own
-    copy of the weights).
+    One object may be shared by threads: its calls are serialised by a lock, one synthesis (or voice encoding)
+    at a time, since the models' graphs and buffers are reused from call to call. stream() and Speaker take
+    the lock per sentence, so several streams interleave sentence by sentence. For parallel work, use one
+    object per device (each holds its own copy of the weights).
     """
 
     def __init__(self, model: Optional[str] = None, codec: Optional[str] = None, backend: str = "auto",
@@ -89,8 +87,7 @@ class OmniVoice:
             raise ValueError(f"n_threads must be an integer >= 1 or None, got {n_threads!r}")
         if quant not in ("auto",) + REPO_QUANT_ORDER:
             raise ValueError(f"quant must be auto or one of {', '.join(REPO_QUANT_ORDER)}, got {quant!r}")
-        self._lock = threading.RLock()  # the LM's graphs, and whole syntheses
-        self._codec_lock = threading.RLock()  # the codec's graphs: taken after _lock, never before it
+        self._lock = threading.RLock()
         self.pipeline: Optional[Pipeline] = None
         # the device first (a bad backend is reported before any conversion), then the files for it, then the
         # runtime: an F32 LM file asks for F32 arithmetic however it was named (file, folder, checkpoint)
@@ -102,10 +99,7 @@ class OmniVoice:
         try:
             self.lm = LanguageModel(self.runtime, lm_path, flash_attn=flash_attn, clamp_fp16=clamp_fp16,
                                     cpu_products=cpu_products, device_maskgit=device_maskgit)
-            # the codec's own backend handles on the same device, so that its graphs can run beside the LM's
-            # (engine.core: decodes overlapped with the next steps)
-            self.codec_runtime = self.runtime.sibling()
-            self.codec = load_codec(codec_path, runtime=self.codec_runtime, cpu_products=cpu_products)
+            self.codec = load_codec(codec_path, runtime=self.runtime, cpu_products=cpu_products)
             _check_pair(self.lm.metadata, self.codec.metadata, lm_path, codec_path)
             self.tokenizer = Tokenizer.from_gguf(str(lm_path))
         except BaseException:
@@ -139,7 +133,7 @@ class OmniVoice:
             except (ValueError, TypeError, OSError) as e:
                 clips.append(e)
         good = [c for c in clips if not isinstance(c, Exception)]
-        with self._codec_lock:  # the codec's only: an engine's LM steps go on meanwhile
+        with self._lock:
             codec = self._ready().codec
             try:
                 codes = codec.encode_batch([clip for clip, _, _ in good])
@@ -370,14 +364,16 @@ class OmniVoice:
 
     # ------------------------------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Free the models' backend memory (waits for a call in progress, and for the codec's work)."""
-        with self.__dict__.get("_lock") or threading.RLock(), self.__dict__.get("_codec_lock") or threading.RLock():
+        """Free the models' backend memory (waits for a call in progress)."""
+        with self.__dict__.get("_lock") or threading.RLock():
             self.pipeline = None
-            # each model before its runtime: a buffer must be freed while its backend lives
-            for part in ("lm", "codec", "codec_runtime", "runtime"):
+            for part in ("lm", "codec"):
                 obj = self.__dict__.pop(part, None)
                 if obj is not None:
                     obj.close()
+            rt = self.__dict__.pop("runtime", None)
+            if rt is not None:
+                rt.close()
 
     def __enter__(self) -> "OmniVoice":
         return self

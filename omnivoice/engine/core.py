@@ -233,11 +233,9 @@ class BatchEngine:
         # post-processing).
         self.timings = dict.fromkeys(("admit", "graph", "lm_ids", "lm_run", "lm_read", "wait", "maskgit",
                                       "decode"), 0.0)
-        # The model's graphs and buffers serve one caller at a time: the LM's graph runs and builds hold the
-        # OmniVoice's lock, the codec's encodes and decodes its codec lock (taken after the first where both are
-        # held), so synthesize() or create_voice() from another thread runs between them.
+        # The model's graphs and buffers serve one caller at a time: graph runs, builds, encodes and decodes
+        # hold the OmniVoice's lock, so synthesize() or create_voice() from another thread runs between them.
         self._model_lock = getattr(ov, "_lock", None) or contextlib.nullcontext()
-        self._codec_lock = getattr(ov, "_codec_lock", None) or contextlib.nullcontext()
 
     # ------------------------------------------------------------------------------------------ queue
     def add(self, task: Task) -> None:
@@ -295,7 +293,7 @@ class BatchEngine:
                 self._collect(g)
         if self._decodes:
             t0 = time.perf_counter()
-            with self._codec_lock:
+            with self._model_lock:
                 self._flush_decodes()
             self.timings["decode"] += time.perf_counter() - t0
         done, self._finished = self._finished, []
@@ -376,8 +374,9 @@ class BatchEngine:
 
     def _encode_voices(self, tasks: list[Task]) -> None:
         """The clone references of `tasks`, encoded together; a task whose reference fails fails."""
-        # (create_voices holds the codec's lock only: a pipelined LM run goes on meanwhile)
-        outcomes = self.voices.get_many([t.request for t in tasks])
+        # The lock only around the device's part: taking it waits for a pipelined graph run to end.
+        with self._model_lock:
+            outcomes = self.voices.get_many([t.request for t in tasks])
         for t, outcome in zip(tasks, outcomes):
             if isinstance(outcome, BaseException):
                 self.pending.remove(t)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import threading
 from pathlib import Path
 
 import cffi
@@ -189,10 +188,8 @@ def callback_error(exc_type, exc, tb) -> None:
 
 
 def raise_pending() -> None:
-    """Raise the signal's exception a callback caught during the last ggml call, if any. Only on the main thread,
-    where signal handlers run: a graph computed meanwhile on another thread (the engine's decode thread) leaves
-    it to the main thread's call."""
-    if _pending and threading.current_thread() is threading.main_thread():
+    """Raise the signal's exception a callback caught during the last ggml call, if any."""
+    if _pending:
         exc = _pending[0]
         _pending.clear()
         raise exc

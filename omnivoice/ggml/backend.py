@@ -281,19 +281,6 @@ class Runtime:
             _, cpu_dev = find_device("cpu")
             self._init(cpu_dev)
 
-    def sibling(self) -> "Runtime":
-        """Another runtime on this device, with backend handles of its own (the device's and the CPU's), the same
-        threads and arithmetic: the codec's (OmniVoice), so that its graphs may run on another thread beside the
-        LM's. On CUDA each handle is a ggml-cuda context with its own streams, cuBLAS handles, memory pool and
-        CUDA graphs, so a codec graph launched while the LM's run is queued runs beside it instead of behind it;
-        weights in one handle's buffer are usable by the other (one buffer type per device: supports_buft). On
-        the CPU each handle has its own work buffer. One thread at a time per runtime still: its schedulers and
-        graphs are its own. It keeps no closed graph's scheduler: the codec keeps its graphs itself, and none of
-        them would take one (a kept decode scheduler would only hold its compute buffers)."""
-        sibling = Runtime(self.device.spec, self.n_threads, exact_f32=self.exact_f32)
-        sibling.schedulers.max_kept = 0
-        return sibling
-
     def _init(self, dev) -> object:
         backend = lib.ggml_backend_dev_init(dev, ffi.NULL)
         if backend == ffi.NULL:

@@ -38,10 +38,9 @@ def kept(ctype: str, *values):
     """A cdata of `ctype` holding `values`, the userdata a custom node reads: one per (ctype, values), kept for
     the process (a graph holds the pointer for as long as it is replayed; a model has a handful)."""
     key = (ctype, values)
-    found = _KEPT.get(key)
-    # setdefault: one cdata per key even when two threads build graphs at once (the LM's and the codec's), as a
-    # cdata replaced in the dict would be freed under a graph that points at it
-    return found if found is not None else _KEPT.setdefault(key, ffi.new(ctype, list(values)))
+    if key not in _KEPT:
+        _KEPT[key] = ffi.new(ctype, list(values))
+    return _KEPT[key]
 
 
 MAX_SRC = 9  # ggml_custom_4d takes fewer than GGML_MAX_SRC (10) sources
