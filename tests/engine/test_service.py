@@ -144,3 +144,51 @@ def test_retry_after_is_the_time_until_the_queue_has_room_at_the_measured_rate(o
         for j in [running, *queued]:
             j.cancel()
     assert 1.0 <= full.value.retry_after <= max(1.0, 3 * per_request), (full.value.retry_after, per_request)
+
+
+def _answered_together(engine, texts: list[str], seed: int):
+    """Submit texts[0] and texts[1] into the engine together (its lock held, so it cannot start one without
+    the other) and wait for both."""
+    with engine._cv:
+        jobs = [engine.submit({"text": t, "num_step": 3, "seed": seed + i}) for i, t in enumerate(texts)]
+    return [j.result(timeout=300) for j in jobs]
+
+
+def test_a_gather_lets_the_clients_just_answered_share_the_next_steps(ov):
+    """With gather_ms, an engine whose running requests have all finished waits for as many new ones before it
+    steps again: the two requests that come back one after the other (300 ms apart) run their three steps
+    together. Without it the first would start alone at once, the second join it only when its chunk ended."""
+    with ov.engine(max_batch=4, max_wait_ms=60_000, gather_ms=60_000) as engine:
+        _answered_together(engine, ["First pair, one.", "First pair, two."], seed=1)
+        before = engine.counters()
+        first = engine.submit({"text": "Back first.", "num_step": 3, "seed": 3})
+        time.sleep(0.3)
+        second = engine.submit({"text": "Back second.", "num_step": 3, "seed": 4})
+        results = [first.result(timeout=300), second.result(timeout=300)]
+        after = engine.counters()
+    steps = after["steps"] - before["steps"]
+    assert (steps, after["packed_requests"] - before["packed_requests"]) == (3, 6)
+    for got, text, seed in zip(results, ["Back first.", "Back second."], [3, 4]):
+        assert_same_result(got, solo(ov, dict(text=text, num_step=3, seed=seed)), text)
+
+
+def test_a_gather_ends_when_nobody_comes_back_and_at_close(ov):
+    """A gather waits at most gather_ms: a lone request after a pair still runs. And close() ends a gather in
+    progress rather than waiting it out (a minute here)."""
+    with ov.engine(max_batch=4, gather_ms=50) as engine:
+        _answered_together(engine, ["Pair one.", "Pair two."], seed=1)
+        assert engine.submit({"text": "Alone after.", "num_step": 2, "seed": 3}).result(timeout=60).audio.size
+    engine = ov.engine(max_batch=4, gather_ms=60_000)
+    _answered_together(engine, ["Pair one.", "Pair two."], seed=1)  # the engine now gathers for two
+    closing = threading.Thread(target=engine.close)
+    closing.start()
+    closing.join(timeout=30)
+    assert not closing.is_alive()
+
+
+def test_gather_ms_comes_from_the_environment_unless_given(ov, monkeypatch):
+    monkeypatch.setenv("OMNIVOICE_GATHER_MS", "25")
+    with ov.engine(max_batch=2) as engine, ov.engine(max_batch=2, gather_ms=0) as given:
+        assert (engine.gather, given.gather) == (0.025, 0.0)
+    with pytest.raises(ValueError, match="gather_ms must be >= 0"):
+        ov.engine(gather_ms=-1)
