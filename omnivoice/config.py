@@ -6,10 +6,10 @@ into one typed, frozen record (docs/CONFIG.md has the table; VARIABLES is its so
 
 No other module reads an `OMNIVOICE_*` variable (tests/test_config.py checks). Every setting a user would
 change is also an argument in code (the `argument` column): OmniVoice(n_threads=, exact_f32=, cpu_products=,
-device_maskgit=, model=), LanguageModel(variant=, padded_attention=, max_graphs=), BatchEngine(pipeline=),
-Engine(gather_ms=); an argument given wins over the variable. `current()` parses the variables again only when one
-of them changed, so a test may set one per process or with monkeypatch. A malformed value is a ValueError naming
-the variable.
+device_maskgit=, model=), LanguageModel(variant=, padded_attention=, max_graphs=, shape_classes=),
+BatchEngine(pipeline=), Engine(gather_ms=); an argument given wins over the variable. `current()` parses the
+variables again only when one of them changed, so a test may set one per process or with monkeypatch. A malformed
+value is a ValueError naming the variable.
 
 This module imports nothing of the package: every layer may use it.
 """
@@ -91,6 +91,10 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("OMNIVOICE_GATHER_MS", "gather_ms", lambda n, t: _milliseconds(n, t) if t.strip() else 0.0,
              "how long the serving engine, once its running requests have finished, waits for as many new ones before "
              "it starts the next steps (default 0: it starts at once)", "Engine(gather_ms=)"),
+    Variable("OMNIVOICE_SHAPE_CLASSES", "shape_classes", _switch,
+             "1/0: sessions of up to four greedy prompts take the kept graph of their shape class, padded, instead "
+             "of one of their exact lengths (default: where graphs are kept and attention is padded, GPUs)",
+             "LanguageModel(shape_classes=)"),
     Variable("OMNIVOICE_PIPELINE", "pipeline", _switch,
              "1/0: the engine runs two step groups, one on the device while the host makes the other's choices "
              "(default: where a graph's run can be waited for alone, CUDA)", "BatchEngine(pipeline=)"),
@@ -117,6 +121,7 @@ class Config:
     padded_attention: Optional[bool] = None
     lm_graphs: Optional[int] = None
     gather_ms: float = 0.0
+    shape_classes: Optional[bool] = None
     pipeline: Optional[bool] = None
     ggml_lib_dir: Optional[Path] = None
     api_key: Optional[str] = None

@@ -30,6 +30,7 @@ def test_each_variable_is_parsed_to_its_type():
     assert from_env({"OMNIVOICE_EXACT_F32": "0"}).exact_f32 is False
     assert from_env({"OMNIVOICE_PIPELINE": "maybe"}).pipeline is None  # not a switch's value: the code decides
     assert from_env({"OMNIVOICE_GATHER_MS": "12.5"}).gather_ms == 12.5 and unset.gather_ms == 0.0
+    assert (from_env({"OMNIVOICE_SHAPE_CLASSES": "0"}).shape_classes, unset.shape_classes) == (False, None)
 
 
 @pytest.mark.parametrize("value", ["-1", "soon", "nan", "inf"])

@@ -153,9 +153,9 @@ class LanguageModel:
         `max_graphs` and `max_graph_bytes`: how many closed sessions' graphs are kept, and how much compute memory
         they may hold together, for the next session of the same shape (default 16 graphs within 1 GiB on GPUs,
         none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused).
-        `shape_classes` (default: where graphs are kept and attention is padded, i.e. GPUs): a session of at most
-        CLASS_MAX_PROMPTS greedy prompts takes the graph of its shape class (class_layout) rather than of its exact
-        lengths, so that requests of similar length share one kept graph.
+        `shape_classes` (default: where graphs are kept and attention is padded, i.e. GPUs; OMNIVOICE_SHAPE_CLASSES
+        =0/1 overrides): a session of at most CLASS_MAX_PROMPTS greedy prompts takes the graph of its shape class
+        (class_layout) rather than of its exact lengths, so that requests of similar length share one kept graph.
         `cpu_products`: auto, ggml, i16, i8, amx or fma (see products_kernel). `device_maskgit` (default on;
         OMNIVOICE_DEVICE_MASKGIT=0 turns it off): MaskGIT's choices on the device where the build has the kernel."""
         self.runtime = runtime
@@ -214,6 +214,8 @@ class LanguageModel:
             # LM steps of a second.
             max_graphs = env if env is not None else (16 if runtime.is_gpu else 0)
         self.max_graphs = max(0, int(max_graphs))
+        if shape_classes is None:
+            shape_classes = current().shape_classes
         if shape_classes is None:
             shape_classes = self.max_graphs > 0 and self.padded_attention and not self.variant.one_attention
         if shape_classes and not (self.padded_attention and not self.variant.one_attention):

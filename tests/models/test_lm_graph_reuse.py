@@ -148,13 +148,15 @@ def test_out_of_memory_frees_the_kept_graphs_and_builds_again(keeping, rng, monk
 
 def test_default_keeps_graphs_on_gpus_only(runtime, tiny_gguf, monkeypatch):
     monkeypatch.delenv("OMNIVOICE_LM_GRAPHS", raising=False)
+    monkeypatch.delenv("OMNIVOICE_SHAPE_CLASSES", raising=False)
     model = LanguageModel(runtime, tiny_gguf["f32"])
     assert model.max_graphs == (16 if runtime.is_gpu else 0)
     assert model.shape_classes == (runtime.is_gpu and model.padded_attention)
     model.close()
     monkeypatch.setenv("OMNIVOICE_LM_GRAPHS", "3")
+    monkeypatch.setenv("OMNIVOICE_SHAPE_CLASSES", "0")  # exact shapes where classes would be the default
     model = LanguageModel(runtime, tiny_gguf["f32"])
-    assert model.max_graphs == 3
+    assert (model.max_graphs, model.shape_classes) == (3, False)
     model.close()
 
 
@@ -254,9 +256,12 @@ def test_sampled_prompts_logits_and_large_batches_keep_exact_shapes(classes, rng
     assert classes.kept_graphs == 1
 
 
-def test_shape_classes_need_padded_attention(runtime, tiny_gguf):
+def test_shape_classes_need_padded_attention(runtime, tiny_gguf, monkeypatch):
     with pytest.raises(ValueError, match="padded attention"):
         LanguageModel(runtime, tiny_gguf["f32"], padded_attention=False, shape_classes=True)
+    monkeypatch.setenv("OMNIVOICE_SHAPE_CLASSES", "1")  # the variable asks what the argument would
+    with pytest.raises(ValueError, match="padded attention"):
+        LanguageModel(runtime, tiny_gguf["f32"], padded_attention=False)
 
 
 def test_a_class_graph_sizes_its_own_buffers(runtime, tiny_gguf, rng, monkeypatch):
