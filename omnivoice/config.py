@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
-__all__ = ["Config", "Variable", "VARIABLES", "current", "from_env"]
+__all__ = ["Config", "Variable", "VARIABLES", "current", "from_env", "variable"]
 
 
 def _switch(name: str, text: str) -> Optional[bool]:
@@ -135,6 +135,15 @@ class Config:
 def from_env(environ: Mapping[str, str]) -> Config:
     """The Config these variables make (unset ones keep the defaults); ValueError names a malformed one."""
     return Config(**{v.field: v.parse(v.env, environ[v.env]) for v in VARIABLES if v.env in environ})
+
+
+def variable(env: str) -> object:
+    """One variable's setting as current() gives it, parsed alone: for what is read when a module is imported
+    (OMNIVOICE_GGML_LIB_DIR), where another variable's malformed value must not stop the import (and with it
+    every command's --help); that one's error then comes from the command's run, worded, exit status 2."""
+    (v,) = [v for v in VARIABLES if v.env == env]
+    text = os.environ.get(env)
+    return getattr(Config(), v.field) if text is None else v.parse(env, text)
 
 
 _last: Optional[tuple[tuple, Config]] = None

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import cffi
 
-from ..config import current
+from ..config import variable
 
 _HERE = Path(__file__).resolve().parent
-LIB_DIR = current().ggml_lib_dir or _HERE / "_lib"
+LIB_DIR = variable("OMNIVOICE_GGML_LIB_DIR") or _HERE / "_lib"
 _CDEF = _HERE / "_cdef.h"
 _CONSTS = _HERE / "_consts.json"
 

@@ -11,7 +11,7 @@ import socket
 import sys
 
 from ..cli import EXIT_STATUS_HELP
-from ..config import current
+from ..config import variable
 from .arguments import add_engine_arguments, add_stream_and_log_arguments, check_engine_arguments, \
     run_server, server_parser
 
@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     p, g = server_parser("python -m omnivoice.server", "OpenAI-compatible OmniVoice speech server.", EPILOG)
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     g.add_argument("--port", type=int, default=8000)
-    g.add_argument("--api-key", default=current().api_key,
+    g.add_argument("--api-key", default=variable("OMNIVOICE_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1/ (default: $OMNIVOICE_API_KEY, else none)")
     add_engine_arguments(g)
     g.add_argument("--max-upload-mb", type=float, default=20.0, help="request body limit in MiB (default 20)")

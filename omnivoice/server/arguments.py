@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..arguments import add_quant_option, add_threads_option
 from ..cli import run, setup_logging
+from ..config import current
 
 __all__ = ["add_engine_arguments", "add_model_arguments", "add_stream_and_log_arguments", "check_engine_arguments",
            "run_server", "server_parser"]
@@ -90,4 +91,9 @@ def run_server(parser: argparse.ArgumentParser, serve, argv: list[str] | None) -
     and signal handling)."""
     args = parser.parse_args(argv)
     setup_logging(getattr(logging, args.log_level.upper()), "%(levelname)s %(name)s: %(message)s")
-    return run(lambda: serve(args))
+
+    def checked() -> int:
+        current()  # a malformed OMNIVOICE_* variable is bad input before a port is taken or a model loaded
+        return serve(args)
+
+    return run(checked)

@@ -94,3 +94,31 @@ def test_a_signal_during_a_deferred_block_is_raised_when_it_ends():
         for s, h in saved.items():
             signal.signal(s, h)
     assert steps == ["written whole"]
+
+
+def test_a_malformed_variable_is_bad_input_not_a_traceback(tiny_gguf, tmp_path):
+    """A malformed OMNIVOICE_* variable stops no command's import (--help answers) and is a worded error, exit
+    status 2, when the command runs: the server's before it takes its port. A fresh process each: the variable
+    that ggml's binding reads is read when it is first imported."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "OMNIVOICE_THREADS": "two"}
+    root = Path(__file__).resolve().parents[2]
+
+    def command(*args):
+        return subprocess.run([sys.executable, "-m", *map(str, args)], env=env, cwd=root, capture_output=True,
+                              text=True, timeout=120)
+
+    for name in ("omnivoice.tts", "omnivoice.server", "omnivoice.batch"):
+        r = command(name, "--help")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (name, r.stderr)
+    model = ["--model", tiny_gguf["f32"], "--codec", tiny_gguf["codec"]]
+    for r in (command("omnivoice.tts", "Hi.", *model, "--backend", "cpu", "-o", tmp_path / "x.wav"),
+              command("omnivoice.server", *model, "--backend", "cpu", "--port", "1")):
+        assert r.returncode == 2, r.stderr
+        assert "error: OMNIVOICE_THREADS must be a whole number >= 1, got 'two'" in r.stderr
+        assert "Traceback" not in r.stderr and "listening" not in r.stderr
+    assert not (tmp_path / "x.wav").exists()
