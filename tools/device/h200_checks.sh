@@ -37,7 +37,8 @@
 #           REQUESTS (3) requests, first audio p50/p90/p99, audio s per s, errors and 503s; with BASE=DIR (an
 #           earlier tree, as for bench) BASE's server first, then this tree's, and one table of all. SERVER_ARGS
 #           adds flags to this tree's server only, one run per setting split at | (e.g. "|--max-step-positions
-#           16384": the default, then a step cap; a run takes about 90 s at the default sizes)
+#           16384": the default, then a step cap; a run takes about 90 s at the default sizes); a NAME=VALUE word
+#           of a setting is the server's environment instead (e.g. "|OMNIVOICE_GATHER_MS=15")
 #   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the graph suites on Vulkan (VULKAN_TESTS, default
 #           tests/nn tests/ggml tests/models; empty: none), the LM step (F16, BF16 default shaders; F32 float32
 #           shaders) and the F32 parity with either shaders
@@ -275,12 +276,16 @@ if part server && [ "${LOADS:-whole}" != whole ] && fits 100 "server"; then
   for arm in "${arms[@]}"; do
     IFS='|' read -r tree name args <<< "$arm"
     [ "$name" = base ] && cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$tree/omnivoice/ggml/"
-    extra=(); [ -n "${args// /}" ] && read -ra extra <<< "--server-args $args"
+    # a setting's NAME=VALUE words are the server's environment (OMNIVOICE_GATHER_MS=15), the others its flags
+    envs=() extra=()
+    for a in $args; do if [[ $a =~ ^[A-Z][A-Z0-9_]*= ]]; then envs+=("$a"); else extra+=("$a"); fi; done
+    [ ${#extra[@]} -gt 0 ] && extra=(--server-args "${extra[@]}")
     label="$name${args:+ ($args)}"; label=${label% ()}
     stamp "server_load $LOADS: $label, tree $tree"
     # the server subprocess is the tree's package: its folder first on the path, and the current directory
     # shellcheck disable=SC2086  # LOAD_ARGS: several arguments
-    (cd "$tree" && PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} timeout $(( ($(left) - 10) / n )) python3 \
+    (cd "$tree" && env "${envs[@]}" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" \
+      timeout $(( ($(left) - 10) / n )) python3 \
       "$OLDPWD/tools/server_load.py" --backend "$BACKEND" --model "$MODEL" --codec "$CODEC" --loads "$LOADS" \
       --clients "${CLIENTS:-1,8,32,64}" --requests "${REQUESTS:-3}" --ttfb-repeats 0 --ws-repeats 0 --label "$label" \
       ${LOAD_ARGS:-} --json "$R/stream-$name.json" --server-log "$R/server-$name.log" "${extra[@]}") 2>&1 |
