@@ -169,7 +169,11 @@ def test_a_gather_lets_the_clients_just_answered_share_the_next_steps(ov):
     steps = after["steps"] - before["steps"]
     assert (steps, after["packed_requests"] - before["packed_requests"]) == (3, 6)
     for got, text, seed in zip(results, ["Back first.", "Back second."], [3, 4]):
-        assert_same_result(got, solo(ov, dict(text=text, num_step=3, seed=seed)), text)
+        alone = solo(ov, dict(text=text, num_step=3, seed=seed))
+        if ov.lm.runtime.is_gpu:  # a near-tie may flip between batched and alone there (the threads test's note)
+            assert got.texts == alone.texts and got.tokens[0].shape == alone.tokens[0].shape, text
+        else:
+            assert_same_result(got, alone, text)
 
 
 def test_a_gather_ends_when_nobody_comes_back_and_at_close(ov):
