@@ -214,11 +214,12 @@ class LanguageModel:
             # LM steps of a second.
             max_graphs = env if env is not None else (16 if runtime.is_gpu else 0)
         self.max_graphs = max(0, int(max_graphs))
+        classes_possible = self.padded_attention and not self.variant.one_attention
         if shape_classes is None:
             shape_classes = current().shape_classes
         if shape_classes is None:
-            shape_classes = self.max_graphs > 0 and self.padded_attention and not self.variant.one_attention
-        if shape_classes and not (self.padded_attention and not self.variant.one_attention):
+            shape_classes = self.max_graphs > 0 and classes_possible
+        if shape_classes and not classes_possible:
             raise ValueError("shape classes need padded attention (flash attention, not the one_attention variant)")
         self.shape_classes = bool(shape_classes)
         self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 1 << 30
