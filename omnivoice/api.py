@@ -353,16 +353,14 @@ class OmniVoice:
         return synthesize_batch(self, requests, batch_size, progress)
 
     def engine(self, max_batch: Union[int, str] = "auto", max_wait_ms: float = 20.0, max_queue: int = 256,
-               first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None,
-               gather_ms: Optional[float] = None):
+               first_audio_ms: float = 300.0, max_step_positions: Optional[int] = None):
         """A background engine for servers (continuous batching): engine.submit(request, stream=False) -> Job.
         Close it (or use it as a context manager) before closing this object. See omnivoice.engine.service
-        (the schedule's knobs: a new stream's first-audio deadline, the packed positions a step may hold, how
-        long a batch's end waits for its clients' next requests)."""
+        (the schedule's knobs: a new stream's first-audio deadline, the packed positions a step may hold)."""
         from .engine import Engine
 
         return Engine(self, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
-                      first_audio_ms=first_audio_ms, max_step_positions=max_step_positions, gather_ms=gather_ms)
+                      first_audio_ms=first_audio_ms, max_step_positions=max_step_positions)
 
     # ------------------------------------------------------------------------------------------ lifetime
     def close(self) -> None:

@@ -7,7 +7,7 @@ into one typed, frozen record (docs/CONFIG.md has the table; VARIABLES is its so
 No other module reads an `OMNIVOICE_*` variable (tests/test_config.py checks). Every setting a user would
 change is also an argument in code (the `argument` column): OmniVoice(n_threads=, exact_f32=, cpu_products=,
 device_maskgit=, model=), LanguageModel(variant=, padded_attention=, max_graphs=, shape_classes=),
-BatchEngine(pipeline=), Engine(gather_ms=); an argument given wins over the variable. `current()` parses the
+BatchEngine(pipeline=); an argument given wins over the variable. `current()` parses the
 variables again only when one of them changed, so a test may set one per process or with monkeypatch. A malformed
 value is a ValueError naming the variable.
 
@@ -27,16 +27,6 @@ __all__ = ["Config", "Variable", "VARIABLES", "current", "from_env", "variable"]
 def _switch(name: str, text: str) -> Optional[bool]:
     """"1" on, "0" off; any other value leaves the choice to the code, as unset does."""
     return text == "1" if text in ("0", "1") else None
-
-
-def _milliseconds(name: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise ValueError(f"{name} must be a number of milliseconds >= 0, got {text!r}")
-    return value
 
 
 def _count(name: str, text: str, low: int) -> int:
@@ -88,9 +78,6 @@ VARIABLES: tuple[Variable, ...] = (
              "how many closed LM graphs are kept for the next of their shape or shape class (default 16 on GPUs, 0 on "
              "the CPU)",
              "LanguageModel(max_graphs=)"),
-    Variable("OMNIVOICE_GATHER_MS", "gather_ms", lambda n, t: _milliseconds(n, t) if t.strip() else 0.0,
-             "how long the serving engine, once its running requests have finished, waits for as many new ones before "
-             "it starts the next steps (default 0: it starts at once)", "Engine(gather_ms=)"),
     Variable("OMNIVOICE_SHAPE_CLASSES", "shape_classes", _switch,
              "1/0: sessions of up to four greedy prompts take the kept graph of their shape class, padded, instead "
              "of one of their exact lengths (default: where graphs are kept and attention is padded, GPUs)",
@@ -120,7 +107,6 @@ class Config:
     lm_variant: Optional[str] = None
     padded_attention: Optional[bool] = None
     lm_graphs: Optional[int] = None
-    gather_ms: float = 0.0
     shape_classes: Optional[bool] = None
     pipeline: Optional[bool] = None
     ggml_lib_dir: Optional[Path] = None

@@ -29,14 +29,7 @@ def test_each_variable_is_parsed_to_its_type():
         (None, False, True, None, None)
     assert from_env({"OMNIVOICE_EXACT_F32": "0"}).exact_f32 is False
     assert from_env({"OMNIVOICE_PIPELINE": "maybe"}).pipeline is None  # not a switch's value: the code decides
-    assert from_env({"OMNIVOICE_GATHER_MS": "12.5"}).gather_ms == 12.5 and unset.gather_ms == 0.0
     assert (from_env({"OMNIVOICE_SHAPE_CLASSES": "0"}).shape_classes, unset.shape_classes) == (False, None)
-
-
-@pytest.mark.parametrize("value", ["-1", "soon", "nan", "inf"])
-def test_a_gather_must_be_a_number_of_milliseconds(value):
-    with pytest.raises(ValueError, match="OMNIVOICE_GATHER_MS must be a number of milliseconds"):
-        from_env({"OMNIVOICE_GATHER_MS": value})
 
 
 @pytest.mark.parametrize("name, value", [("OMNIVOICE_THREADS", "-1"), ("OMNIVOICE_THREADS", "two"),
@@ -102,10 +95,9 @@ def test_the_table_in_docs_lists_every_variable():
 def test_a_setting_named_as_an_argument_is_one():
     from omnivoice.api import OmniVoice
     from omnivoice.engine.core import BatchEngine
-    from omnivoice.engine.service import Engine
     from omnivoice.runners.lm import LanguageModel
 
-    owners = {"OmniVoice": OmniVoice, "LanguageModel": LanguageModel, "BatchEngine": BatchEngine, "Engine": Engine}
+    owners = {"OmniVoice": OmniVoice, "LanguageModel": LanguageModel, "BatchEngine": BatchEngine}
     for v in VARIABLES:
         for owner, arg in re.findall(r"(\w+)\((\w+)=\)", v.argument):
             assert arg in inspect.signature(owners[owner].__init__).parameters, (v.env, owner, arg)

@@ -13,11 +13,8 @@ waited `max_wait_ms`, so a busy engine does not rebuild its graph for every arri
 steps follows their deadlines (engine.schedule: a new stream's first piece is due `first_audio_ms` after its
 arrival, later pieces when the audio before them has played, whole answers as a real-time stream of them
 would play), within `max_batch` requests and `max_step_positions` packed positions a step. A finished or
-cancelled request frees its slot at once. With `gather_ms` (OMNIVOICE_GATHER_MS; default 0, off) an engine whose
-last running requests just finished waits up to that long for as many new arrivals before it starts the next
-steps: clients that send their next request when their answer ends (a closed loop) then share the steps with
-those that waited, instead of starting a run of their own behind it. `submit` raises ValueError for an invalid
-request (before queueing it) and EngineFull when `max_queue` requests are already waiting.
+cancelled request frees its slot at once. `submit` raises ValueError for an invalid request (before queueing it)
+and EngineFull when `max_queue` requests are already waiting.
 
 Streaming (`stream=True`) cuts the text by the streaming rule (text.streaming: sentences, the first kept short
 so the first audio comes early), as `OmniVoice.stream` does; each sentence is decoded and post-processed on its own,
@@ -37,7 +34,6 @@ from typing import Any, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
-from ..config import current
 from ..pipeline import Cancelled, SynthesisResult
 from ..text.streaming import stream_sentences
 from . import offline
@@ -125,14 +121,9 @@ class Engine:
 
     def __init__(self, ov, max_batch: int | str = "auto", max_wait_ms: float = 20.0, max_queue: int = 256,
                  warm_up: Optional[bool] = None, first_audio_ms: float = FIRST_AUDIO_S * 1000,
-                 max_step_positions: Optional[int] = None, gather_ms: Optional[float] = None) -> None:
+                 max_step_positions: Optional[int] = None) -> None:
         if not max_wait_ms >= 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {max_wait_ms!r}")
-        if gather_ms is None:
-            gather_ms = current().gather_ms
-        if not gather_ms >= 0:
-            raise ValueError(f"gather_ms must be >= 0, got {gather_ms!r}")
-        self.gather = gather_ms / 1000.0
         if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
             raise ValueError(f"max_queue must be a positive integer, got {max_queue!r}")
         self.ov = ov
@@ -146,7 +137,6 @@ class Engine:
             offline.warm_up(ov, self._core)
         self._cv = threading.Condition()
         self._inbox: deque[Job] = deque()
-        self._arrivals = 0  # requests queued since the start (the gather counts those after a batch's end)
         self._jobs: dict[int, Job] = {}
         self._closed = False
         # the engine's busy seconds (time in its steps) when each of the last RATE_WINDOW requests finished
@@ -176,7 +166,6 @@ class Engine:
             if waiting >= self.max_queue:
                 raise EngineFull(self._retry_after(waiting), waiting)
             self._inbox.append(job)
-            self._arrivals += 1
             self._cv.notify()
         return job
 
@@ -242,10 +231,7 @@ class Engine:
                 t0 = time.perf_counter()
                 finished = core.step(admit=self._should_admit())
                 self._busy += time.perf_counter() - t0
-                arrivals = self._arrivals  # before the answers go out: their clients' next requests come after
                 self._deliver(finished)
-                if finished and self.gather and not core.active:
-                    self._gather(arrivals + len(finished))
         except BaseException as e:  # an engine failure fails every request rather than hanging its clients
             log.exception("engine thread failed")
             with self._cv:
@@ -263,23 +249,6 @@ class Engine:
                 if not job.done:
                     job.task.error = job.task.error or Cancelled("engine closed")
                     self._deliver([job.task])
-
-    def _gather(self, arrivals: int) -> None:
-        """Wait up to `gather` seconds (or until close) for `arrivals` requests to have been submitted in all.
-
-        Why: under a closed loop on a GPU the clients split into cohorts. The engine starts the next run at once with
-        the requests that arrived during the last one, and the clients it has just answered come back a few
-        milliseconds later, to wait for that whole run (on an H100 with 32 such clients: 416 device steps of 14.8
-        requests each, BENCHMARKS.md), where a packed step of more requests costs less per request (BENCHMARKS.md,
-        "Batched engine"). Where nobody comes back (clients that play their audio first), the requests already
-        waiting lose at most the gather."""
-        deadline = time.perf_counter() + self.gather
-        with self._cv:
-            while not self._closed and self._arrivals < arrivals:
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    break
-                self._cv.wait(left)
 
     def _take_inbox(self) -> None:
         while self._inbox:

@@ -38,7 +38,7 @@
 #           earlier tree, as for bench) BASE's server first, then this tree's, and one table of all. SERVER_ARGS
 #           adds flags to this tree's server only, one run per setting split at | (e.g. "|--max-step-positions
 #           16384": the default, then a step cap; a run takes about 90 s at the default sizes); a NAME=VALUE word
-#           of a setting is the server's environment instead (e.g. "|OMNIVOICE_GATHER_MS=15")
+#           of a setting is the server's environment instead (e.g. "|OMNIVOICE_SHAPE_CLASSES=1")
 #   vulkan  ggml's Vulkan module built beside (carry .gl .vk), the graph suites on Vulkan (VULKAN_TESTS, default
 #           tests/nn tests/ggml tests/models; empty: none), the LM step (F16, BF16 default shaders; F32 float32
 #           shaders) and the F32 parity with either shaders
@@ -276,7 +276,7 @@ if part server && [ "${LOADS:-whole}" != whole ] && fits 100 "server"; then
   for arm in "${arms[@]}"; do
     IFS='|' read -r tree name args <<< "$arm"
     [ "$name" = base ] && cp -r omnivoice/ggml/_lib omnivoice/ggml/_cdef.h omnivoice/ggml/_consts.json "$tree/omnivoice/ggml/"
-    # a setting's NAME=VALUE words are the server's environment (OMNIVOICE_GATHER_MS=15), the others its flags
+    # a setting's NAME=VALUE words are the server's environment (OMNIVOICE_SHAPE_CLASSES=1), the others its flags
     envs=() extra=()
     for a in $args; do if [[ $a =~ ^[A-Z][A-Z0-9_]*= ]]; then envs+=("$a"); else extra+=("$a"); fi; done
     [ ${#extra[@]} -gt 0 ] && extra=(--server-args "${extra[@]}")
