@@ -30,6 +30,7 @@ def test_each_variable_is_parsed_to_its_type():
     assert from_env({"OMNIVOICE_EXACT_F32": "0"}).exact_f32 is False
     assert from_env({"OMNIVOICE_PIPELINE": "maybe"}).pipeline is None  # not a switch's value: the code decides
     assert (from_env({"OMNIVOICE_SHAPE_CLASSES": "0"}).shape_classes, unset.shape_classes) == (False, None)
+    assert from_env({"OMNIVOICE_SHAPE_CLASSES": "1"}).shape_classes is True
 
 
 @pytest.mark.parametrize("name, value", [("OMNIVOICE_THREADS", "-1"), ("OMNIVOICE_THREADS", "two"),

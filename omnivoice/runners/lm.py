@@ -10,6 +10,7 @@ input stay. The guidance combination, log-softmax, argmax and max run in the gra
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -29,6 +30,8 @@ from ..loaders import lm as loader
 from ..models import lm as lm_graph
 from ..nn import amx, fma, int8, int16
 from ..nn.packed import Kernel
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -153,9 +156,10 @@ class LanguageModel:
         `max_graphs` and `max_graph_bytes`: how many closed sessions' graphs are kept, and how much compute memory
         they may hold together, for the next session of the same shape (default 16 graphs within 1 GiB on GPUs,
         none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused).
-        `shape_classes` (default: where graphs are kept and attention is padded, i.e. GPUs; OMNIVOICE_SHAPE_CLASSES
-        =0/1 overrides): a session of at most CLASS_MAX_PROMPTS greedy prompts takes the graph of its shape class
-        (class_layout) rather than of its exact lengths, so that requests of similar length share one kept graph.
+        `shape_classes` (default off; OMNIVOICE_SHAPE_CLASSES=1 turns them on, where attention is padded): a session
+        of at most CLASS_MAX_PROMPTS greedy prompts takes the graph of its shape class (class_layout) rather than
+        of its exact lengths, so that requests of similar length share one kept graph. On CUDA, class graphs of 2
+        to 4 prompts gave NaN logits under load (BENCHMARKS.md, "Shape classes off"): a GPU runtime logs a warning.
         `cpu_products`: auto, ggml, i16, i8, amx or fma (see products_kernel). `device_maskgit` (default on;
         OMNIVOICE_DEVICE_MASKGIT=0 turns it off): MaskGIT's choices on the device where the build has the kernel."""
         self.runtime = runtime
@@ -215,13 +219,22 @@ class LanguageModel:
             max_graphs = env if env is not None else (16 if runtime.is_gpu else 0)
         self.max_graphs = max(0, int(max_graphs))
         classes_possible = self.padded_attention and not self.variant.one_attention
+        # Shape classes are off by default: on CUDA (an H100 and an H200, BF16), 1-2 % of the server's requests
+        # under 64 conversational clients failed, every one in a class graph of 2 to 4 prompts whose guided pick
+        # read rows of NaN logits (a pick of -1), on the device's MaskGIT and the host's alike; with exact shapes
+        # none of 640 did. The root cause is not found. What classes gained, on the H100 (the real server, 4
+        # requests a run, one call): one client's first audio p50 92 ms against 121 ms without; 32 conversational
+        # clients p99 223 against 214 ms; closed loop 129.5 against 124.1 audio s/s at 32 clients, 144.4 against
+        # 146.9 at 64.
         if shape_classes is None:
-            shape_classes = current().shape_classes
-        if shape_classes is None:
-            shape_classes = self.max_graphs > 0 and classes_possible
+            shape_classes = bool(current().shape_classes)
         if shape_classes and not classes_possible:
             raise ValueError("shape classes need padded attention (flash attention, not the one_attention variant)")
         self.shape_classes = bool(shape_classes)
+        if self.shape_classes and runtime.is_gpu:
+            log.warning("LM shape classes are on (OMNIVOICE_SHAPE_CLASSES / shape_classes=): on CUDA, class graphs "
+                        "of 2 to 4 prompts gave NaN logits under load, failing about 1-2 %% of requests "
+                        "(BENCHMARKS.md, \"Shape classes off\")")
         self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 1 << 30
         self._kept: OrderedDict[tuple, list[_KeptGraph]] = OrderedDict()
         self._kept_lock = threading.Lock()
@@ -870,7 +883,7 @@ def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int],
     return out
 
 
-# Shape classes (LanguageModel.shape_classes): sessions of up to CLASS_MAX_PROMPTS greedy prompts whose packed
+# Shape classes (LanguageModel.shape_classes, off unless asked: see there): sessions of up to CLASS_MAX_PROMPTS greedy prompts whose packed
 # length rounds up to the same multiple of CLASS_POSITIONS (one tail row at least), whose segments round up to the
 # same multiples of KEY_CHUNK and whose greedy targets round up to the same multiple of CLASS_TARGETS share a graph.
 # On a GPU a new graph costs its build and allocation (11 ms of a lone one-sentence request on an H100), a first
