@@ -483,7 +483,7 @@ class BatchEngine:
     def _run_on_device(self, g: _Group, tasks: list[Task]) -> bool:
         """Run the steps the group's tasks have left in common on the device; False where the session declines
         (the host steps). Each step is counted (and reported to the tasks' progress callbacks) once the tokens are
-        back; a task whose chunk failed (NaN scores, the mask id chosen) fails alone."""
+        back; a task whose chunk failed (NaN scores, the mask id or a -1 chosen) fails alone."""
         t0 = time.perf_counter()
         try:
             with self._model_lock:

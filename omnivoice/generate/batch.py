@@ -79,7 +79,7 @@ def step_many(states: Sequence[MaskGitState], outputs: Sequence[dict]) -> list[S
 
     ``outputs[i]`` is what the LM gave for ``states[i].tokens``: ``pred`` and ``score`` (int32 / float32
     [C, T]) for a greedy state, ``log_probs`` (float32 [C, T, V]) otherwise. No state may be done. A state
-    whose output is unusable (NaN scores, the mask id chosen) gets the ValueError in its place and does not
+    whose output is unusable (NaN scores, the mask id or a -1 chosen) gets the ValueError in its place and does not
     advance; the others do.
     """
     if len(states) != len(outputs):

@@ -275,6 +275,17 @@ def _near_set(scaled: np.ndarray, masked_at: np.ndarray, noise: PositionNoise, k
     return np.arange(masked_at.size)
 
 
+def unscored_pick(step: Optional[int] = None) -> ValueError:
+    """The error of a position being unmasked whose prediction is negative. The guided argmax of a row whose
+    logits are all NaN or -inf is -1 (ggml's ARGMAX starts there) and its score -FLT_MAX, no NaN, so the NaN check
+    does not see it; the request fails here, with the LM named, rather than at the codec's check of its codes. The
+    host's choice (ScoredStep.finish) and a device that made the choice (runners.lm.ChunkSession.run_on_device)
+    both raise it."""
+    where = "MaskGIT" if step is None else f"MaskGIT step {step}"
+    return ValueError(f"{where}: the LM gave no finite score for a position being unmasked (its logits were NaN or "
+                      "-inf), and its prediction was -1")
+
+
 @dataclass
 class ScoredStep:
     """A step's choice up to the exact noise of its near set: :meth:`finish` takes that noise (the
@@ -299,6 +310,8 @@ class ScoredStep:
         if (chosen == self.mask_id).any():
             raise ValueError(f"MaskGIT step {self.step}: the LM predicted the mask id {self.mask_id} for a "
                              "position being unmasked")
+        if (chosen < 0).any():
+            raise unscored_pick(self.step)
         return StepChoice(positions=positions, tokens=chosen.astype(np.int32))
 
     def exact_noise(self) -> Optional[np.ndarray]:

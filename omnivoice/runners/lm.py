@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from ..config import current
+from ..generate.maskgit import unscored_pick
 from ..ggml import Graph, Runtime, WeightStore, ffi, lib, types
 from ..ggml.backend import FATTN_MASK_ROW, FATTN_TYPED_OUT, FUSED_CASTS, GUIDED_PICK, MASKGIT_STEP
 from ..ggml.graph import DEFAULT_MAX_NODES, read_tensor, write_tensor
@@ -669,8 +670,8 @@ class ChunkSession:
         with no host work between them; the host waits once. Per prompt: `tokens` int32 [C, T] before the first
         step, `plans` the steps' rows (generate.maskgit.MaskGitState.device_plan: k, the Philox seed and offset,
         the noise flag; as many for every prompt), its layer penalty and position temperature. Returns per prompt
-        the tokens after the last step, or the ValueError of a prompt whose scores were NaN or whose choice was the
-        mask id. Only where `device_steps` covers the plans (a ValueError elsewhere). The tokens are the host
+        the tokens after the last step, or the ValueError of a prompt whose scores were NaN, whose choice was the
+        mask id or whose tokens hold a -1 (generate.maskgit.unscored_pick). Only where `device_steps` covers the plans (a ValueError elsewhere). The tokens are the host
         loop's, bit for bit (tests/models/test_lm_device_maskgit.py, tests/engine/test_device_path.py)."""
         n = len(self.prompts)
         steps = len(plans[0]) if len(plans) == n else 0
@@ -698,6 +699,8 @@ class ChunkSession:
                                       "unmasked"))
             elif flags or done != steps:
                 raise RuntimeError(f"the device's MaskGIT ran {done} of {steps} steps (error bits {flags})")
+            elif (at[:size] < 0).any():  # a pick of a row with no finite logit: no error bit says it
+                out.append(unscored_pick())
             else:
                 out.append(at[:size].reshape(shape).astype(np.int32))
             at = at[size:]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from omnivoice.engine import BatchEngine
-from omnivoice.engine.offline import prepare, run_batch
+from omnivoice.engine.offline import BatchFailed, prepare, run_batch
 
 from .helpers import assert_same_result, solo
 
@@ -359,3 +359,36 @@ def test_a_failed_batched_decode_falls_back_to_each_request_alone(ov, monkeypatc
     for i, result in outcomes:
         if i not in failed:
             assert_same_result(result, solo(ov, requests[i]), f"request {i}")
+
+
+def test_a_pick_of_minus_one_fails_its_request_and_its_batch_mates_finish(ov, ref_clip, monkeypatch):
+    """The host's MaskGIT (no device step): one request's guided pick comes back as rows of all-NaN logits give it
+    (prediction -1, score -FLT_MAX, which is no NaN) for codebooks 1-6 of every frame. That request fails with an
+    error naming the LM; the others packed with it finish with their solo tokens."""
+    from omnivoice.runners.lm import ChunkSession
+
+    monkeypatch.setattr(ov.lm, "maskgit_step", None)  # the host path on every backend
+    requests = mixed(ref_clip, greedy=True)[:3]
+    want = [solo(ov, r) for r in requests]
+    frames = [w.tokens[0].shape[1] for w in want]
+    victim = 1  # told by its frame count
+    assert frames.count(frames[victim]) == 1 and all(len(w.tokens) == 1 for w in want)
+    real = ChunkSession.finish
+
+    def finish(self):
+        out = real(self)
+        for r in out:
+            if "pred" in r and r["pred"].shape[1] == frames[victim]:
+                r["pred"][1:7] = -1
+                r["score"][1:7] = -np.finfo(np.float32).max
+        return out
+
+    monkeypatch.setattr(ChunkSession, "finish", finish)
+    with pytest.raises(BatchFailed) as failed:
+        ov.synthesize_batch(requests, batch_size=3)
+    assert list(failed.value.errors) == [victim]
+    error = failed.value.errors[victim]
+    assert isinstance(error, ValueError) and "no finite score" in str(error) and "NaN or -inf" in str(error)
+    for i, (req, result) in enumerate(zip(requests, failed.value.results)):
+        if i != victim:
+            assert_same_result(result, want[i], req["id"])

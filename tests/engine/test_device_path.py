@@ -15,14 +15,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnivoice.engine import BatchEngine, Task
+from omnivoice.engine import BatchEngine, BatchFailed, Task
 from omnivoice.engine.offline import prepare
-from omnivoice.generate import CudaPhiloxGenerator, gumbel_noise, top_k_positions
+from omnivoice.generate import (CudaPhiloxGenerator, GenerationConfig, MaskGitState, gumbel_noise,
+                                top_k_positions)
 from omnivoice.ggml import ffi
 from omnivoice.pipeline import Cancelled
+from omnivoice.runners.lm import GuidedChunk
+from tests.models.test_lm import random_prompt
 
 from .helpers import assert_same_result, solo
 from .test_batch_equals_solo import LONG
+
+MASK_ID = 1024
+
+
+def view(ptr, dtype, n):
+    """n values of a kernel argument's buffer (host memory on the CPU backend), writable in place."""
+    return np.frombuffer(ffi.buffer(ptr, n * np.dtype(dtype).itemsize), dtype)
 
 
 class FakeMaskGitStep:
@@ -33,10 +43,6 @@ class FakeMaskGitStep:
 
     def __call__(self, backend, a) -> int:
         C, T, L, V = a.C, a.T, a.L, a.audio_vocab
-
-        def view(ptr, dtype, n):
-            return np.frombuffer(ffi.buffer(ptr, n * np.dtype(dtype).itemsize), dtype)
-
         state = view(a.state, np.int32, 2)
         row = view(a.plan, np.uint32, 6 * (state[0] + 1))[-6:].astype(np.uint64)
         tokens = view(a.tokens, np.int32, C * T)
@@ -62,6 +68,22 @@ class FakeMaskGitStep:
         state[0] += 1
         self.calls += 1
         return 0
+
+
+class UnscoredRows(FakeMaskGitStep):
+    """The kernel given, for chunks of `frames` target frames, the guided pick of rows whose logits were all NaN
+    or -inf (prediction -1, score -FLT_MAX: no NaN, so no error bit) for codebooks 1-6 of every frame, as CUDA's
+    class graphs gave it under load; like the kernel, it writes the -1 it picks into the tokens."""
+
+    def __init__(self, frames: int) -> None:
+        super().__init__()
+        self.frames = frames
+
+    def __call__(self, backend, a) -> int:
+        if a.T == self.frames:  # the guided pick's frame-major [T, C]
+            view(a.pred, np.int32, a.C * a.T).reshape(a.T, a.C)[:, 1:7] = -1
+            view(a.score, np.float32, a.C * a.T).reshape(a.T, a.C)[:, 1:7] = -np.finfo(np.float32).max
+        return super().__call__(backend, a)
 
 
 @pytest.fixture
@@ -163,6 +185,35 @@ def test_the_devices_error_bits_fail_the_request(ov, device, monkeypatch):
     monkeypatch.setattr(ov.lm, "maskgit_step", device)
     assert len(ov.synthesize("And the next one works.", num_step=2, seed=0, position_temperature=0.0).tokens) == 1
     assert device.calls == 2
+
+
+def test_a_pick_of_minus_one_fails_its_request_and_its_batch_mates_finish(ov, ref_clip, monkeypatch):
+    """A packed device run in which one prompt's picks include -1: that request fails with an error naming the LM
+    (not the codec's later complaint about its codes); the others finish with their solo tokens."""
+    reqs = requests(ref_clip)[:3]
+    want = [solo(ov, r) for r in reqs]
+    frames = [w.tokens[0].shape[1] for w in want]
+    victim = 2  # the fake tells its chunks by their frame count
+    assert frames.count(frames[victim]) == 1 and all(len(w.tokens) == 1 for w in want)
+    step = UnscoredRows(frames[victim])
+    monkeypatch.setattr(ov.lm, "maskgit_step", step)
+    with pytest.raises(BatchFailed) as failed:
+        ov.synthesize_batch(reqs, batch_size=3)
+    assert list(failed.value.errors) == [victim] and step.calls > 0
+    error = failed.value.errors[victim]
+    assert isinstance(error, ValueError) and "no finite score" in str(error) and "NaN or -inf" in str(error)
+    for i, (req, result) in enumerate(zip(reqs, failed.value.results)):
+        if i != victim:
+            assert_same_result(result, want[i], req["text"][:20])
+    # alone, through the serving engine's path and through the one-prompt loop (GuidedChunk.run_steps)
+    with pytest.raises(ValueError, match="no finite score"):
+        solo(ov, reqs[victim])
+    prompt = random_prompt(np.random.default_rng(0), 7, 0, frames[victim])
+    prompt.input_ids[:, -frames[victim]:] = MASK_ID
+    state = MaskGitState(frames[victim], GenerationConfig(num_step=4, position_temperature=0.0), mask_id=MASK_ID)
+    with ov.lm.session([prompt], 2.0, True, device_steps=True) as s:
+        with pytest.raises(ValueError, match="no finite score"):
+            state.run_on_device(GuidedChunk(s, MASK_ID))
 
 
 def test_a_request_cancelled_during_a_device_run_is_cancelled(ov, device):

@@ -81,14 +81,19 @@ def test_step_many_equals_generate_alone(fresh_seed):
         np.testing.assert_array_equal(state.tokens, expected, err_msg=f"case {i}, seed {fresh_seed}")
 
 
-def test_step_many_fails_only_the_bad_state():
+@pytest.mark.parametrize("bad, message", [
+    (dict(score=np.full((8, 5), np.nan, np.float32)), "the LM produced NaN scores"),
+    # rows of all-NaN or -inf logits as ggml's guided pick gives them: argmax -1, max -FLT_MAX (no NaN)
+    (dict(pred=np.full((8, 5), -1, np.int32), score=np.full((8, 5), -np.finfo(np.float32).max, np.float32)),
+     "the LM gave no finite score for a position being unmasked"),
+], ids=["nan-scores", "pick-of-minus-one"])
+def test_step_many_fails_only_the_bad_state(bad, message):
     states = [MaskGitState(5, GenerationConfig(num_step=4), CudaPhiloxGenerator(s)) for s in (1, 2)]
     good = _Replay(FakeGuidedLM(1, 5), True).output(states[0].tokens)
-    bad = dict(good, score=np.full((8, 5), np.nan, np.float32))
     before = states[1].tokens.copy()
-    choices = step_many(states, [good, bad])
+    choices = step_many(states, [good, dict(good, **bad)])
     assert not isinstance(choices[0], Exception) and states[0].step > 0
-    assert isinstance(choices[1], ValueError) and "NaN" in str(choices[1])
+    assert isinstance(choices[1], ValueError) and message in str(choices[1])
     np.testing.assert_array_equal(states[1].tokens, before)
 
 

@@ -394,14 +394,17 @@ def test_sample_classes_equals_filter_then_gumbel(fresh_seed):
 
 
 class _BadLM:
-    def __init__(self, pred_shape=(8, 4), nan=False):
-        self.pred_shape, self.nan = pred_shape, nan
+    def __init__(self, pred_shape=(8, 4), nan=False, unscored=False):
+        self.pred_shape, self.nan, self.unscored = pred_shape, nan, unscored
 
     def guided_argmax(self, tokens):
-        conf = np.zeros(self.pred_shape, np.float32)
+        pred, conf = np.zeros(self.pred_shape, np.int32), np.zeros(self.pred_shape, np.float32)
         if self.nan:
             conf[0, 0] = np.nan
-        return np.zeros(self.pred_shape, np.int32), conf
+        if self.unscored:  # rows of all-NaN logits, as ggml's guided pick gives them: argmax -1, max -FLT_MAX
+            pred[1:7, 2:] = -1
+            conf[1:7, 2:] = -np.finfo(np.float32).max
+        return pred, conf
 
     def guided_log_probs(self, tokens):
         raise AssertionError("not used")
@@ -415,6 +418,10 @@ def test_bad_inputs_raise_clear_errors():
         generate(_BadLM(pred_shape=(8, 5)), 4, det)
     with pytest.raises(ValueError, match="NaN"):
         generate(_BadLM(nan=True), 4, det)
+    # chosen once the finite positions are taken: the pick fails there, not at the codec's check of the codes
+    with pytest.raises(ValueError, match=r"MaskGIT step \d+: the LM gave no finite score for a position being "
+                                         r"unmasked \(its logits were NaN or -inf\)"):
+        generate(_BadLM(unscored=True), 4, det)
     with pytest.raises(ValueError, match="num_step"):
         GenerationConfig(num_step=0)
     with pytest.raises(ValueError, match="position_temperature"):
