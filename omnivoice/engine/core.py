@@ -41,7 +41,7 @@ import time
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 
@@ -651,6 +651,8 @@ class BatchEngine:
         t0 = time.perf_counter()
         for (t, codes, voice), pieces in self._decoded(jobs):
             try:
+                if isinstance(pieces, Exception):  # its own decode failed
+                    raise pieces
                 if pieces is None:  # the batch failed: decode each job alone, so only a bad one fails
                     pieces = self.codec.decode_batch(codes)
                 out = self.pipeline.finish(pieces, voice, t.settings).astype(np.float32, copy=False)
@@ -666,10 +668,10 @@ class BatchEngine:
             else:
                 self._succeed(t, out, time.perf_counter() - t0)
 
-    def _decoded(self, jobs: list[_Decode]) -> Iterator[tuple[_Decode, Optional[list[np.ndarray]]]]:
+    def _decoded(self, jobs: list[_Decode]) -> Iterator[tuple[_Decode, Union[list[np.ndarray], Exception, None]]]:
         """Each job with its decoded code sequences as soon as the codec has them all (one batched decode_iter);
-        if that decode fails, every job not yet given comes with None instead (to be decoded alone). A lone
-        job's failure is raised."""
+        if that decode fails, every job not yet given comes with None instead (to be decoded alone), a lone job
+        with the error (its decode was alone: it fails, and the engine goes on)."""
         owner = [j for j, (_, codes, _) in enumerate(jobs) for _ in codes]  # the job of each sequence
         pieces: list[list[np.ndarray]] = [[] for _ in jobs]
         given = 0  # sequences come back in order: jobs[:given] have been given
@@ -680,11 +682,9 @@ class BatchEngine:
                 if len(pieces[j]) == len(jobs[j][1]):
                     given = j + 1
                     yield jobs[j], pieces[j]
-        except Exception:
-            if len(jobs) == 1:
-                raise
+        except Exception as e:
             for job in jobs[given:]:
-                yield job, None
+                yield job, e if len(jobs) == 1 else None
 
     def _succeed(self, t: Task, audio: np.ndarray, decode_s: float) -> None:
         now = time.perf_counter()

@@ -361,6 +361,33 @@ def test_a_failed_batched_decode_falls_back_to_each_request_alone(ov, monkeypatc
             assert_same_result(result, solo(ov, requests[i]), f"request {i}")
 
 
+def test_a_lone_failed_decode_fails_its_request_and_the_engine_goes_on(ov, monkeypatch):
+    """A request whose tokens are decoded alone (the others still stepping) and whose decode fails fails alone:
+    the error was raised out of the engine's step, which lost the batch (and stopped the serving engine's
+    thread, failing every request it held)."""
+    from omnivoice.codec import AudioCodec
+
+    real, calls = AudioCodec.decode_iter, []
+
+    def decode_iter(self, codes_list):
+        calls.append(len(codes_list))
+        if len(calls) == 1:
+            raise ValueError("a bad request (test)")
+        yield from real(self, codes_list)
+
+    requests = [dict(text="Short one.", seed=0, num_step=2, duration=1.0),
+                dict(text="A longer one ends later.", seed=1, num_step=6, duration=1.0)]
+    want = solo(ov, requests[1])
+    prepared = prepare(requests)
+    monkeypatch.setattr(AudioCodec, "decode_iter", decode_iter)
+    with BatchEngine(ov, max_batch=4) as engine:
+        outcomes = dict(run_batch(ov, [(i, r, s) for i, (r, s) in enumerate(prepared)], engine=engine))
+    monkeypatch.undo()
+    assert calls == [1, 1]  # each decoded when its last step was taken, the short one's first
+    assert isinstance(outcomes[0], ValueError) and "a bad request" in str(outcomes[0])
+    assert_same_result(outcomes[1], want, "the other request")
+
+
 def test_a_pick_of_minus_one_fails_its_request_and_its_batch_mates_finish(ov, ref_clip, monkeypatch):
     """The host's MaskGIT (no device step): one request's guided pick comes back as rows of all-NaN logits give it
     (prediction -1, score -FLT_MAX, which is no NaN) for codebooks 1-6 of every frame. That request fails with an
