@@ -226,7 +226,7 @@ class LanguageModel:
         # none of 640 did. The root cause is not found. What classes gained, on the H100 (the real server, 4
         # requests a run, one call): one client's first audio p50 92 ms against 121 ms without; 32 conversational
         # clients p99 223 against 214 ms; closed loop 129.5 against 124.1 audio s/s at 32 clients, 144.4 against
-        # 146.9 at 64.
+        # 146.9 at 64; on the H200 86 against 98 ms and 164.8 against 145.3 audio s/s at 32 (BENCHMARKS.md).
         if shape_classes is None:
             shape_classes = bool(current().shape_classes)
         if shape_classes and not classes_possible:
@@ -671,8 +671,9 @@ class ChunkSession:
         step, `plans` the steps' rows (generate.maskgit.MaskGitState.device_plan: k, the Philox seed and offset,
         the noise flag; as many for every prompt), its layer penalty and position temperature. Returns per prompt
         the tokens after the last step, or the ValueError of a prompt whose scores were NaN, whose choice was the
-        mask id or whose tokens hold a -1 (generate.maskgit.unscored_pick). Only where `device_steps` covers the plans (a ValueError elsewhere). The tokens are the host
-        loop's, bit for bit (tests/models/test_lm_device_maskgit.py, tests/engine/test_device_path.py)."""
+        mask id or whose tokens hold a -1 (generate.maskgit.unscored_pick). Only where `device_steps` covers the
+        plans (a ValueError elsewhere). The tokens are the host loop's, bit for bit
+        (tests/models/test_lm_device_maskgit.py, tests/engine/test_device_path.py)."""
         n = len(self.prompts)
         steps = len(plans[0]) if len(plans) == n else 0
         if not 0 < steps <= self.device_steps or any(len(p) != steps for p in plans) or len(tokens) != n:
@@ -886,15 +887,15 @@ def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int],
     return out
 
 
-# Shape classes (LanguageModel.shape_classes, off unless asked: see there): sessions of up to CLASS_MAX_PROMPTS greedy prompts whose packed
-# length rounds up to the same multiple of CLASS_POSITIONS (one tail row at least), whose segments round up to the
-# same multiples of KEY_CHUNK and whose greedy targets round up to the same multiple of CLASS_TARGETS share a graph.
-# On a GPU a new graph costs its build and allocation (11 ms of a lone one-sentence request on an H100), a first
-# run and a second captured into a CUDA graph; with classes, the server's graph building under 32 conversational
-# clients fell from 0.53 to 0.15 s of the run, first audio the same within the noise (BENCHMARKS.md, "First audio
-# under load"). The padding: a tail of at most CLASS_POSITIONS rows through the products, queries up to the next
-# KEY_CHUNK in attention. Larger packed batches keep their exact shapes: their compositions rarely repeat, and
-# there the padding would be paid at every step.
+# Shape classes (LanguageModel.shape_classes, off unless asked: see there): sessions of up to CLASS_MAX_PROMPTS greedy
+# prompts whose packed length rounds up to the same multiple of CLASS_POSITIONS (one tail row at least), whose
+# segments round up to the same multiples of KEY_CHUNK and whose greedy targets round up to the same multiple of
+# CLASS_TARGETS share a graph. On a GPU a new graph costs its build and allocation (11 ms of a lone one-sentence
+# request on an H100), a first run and a second captured into a CUDA graph; with classes, the server's graph building
+# under 32 conversational clients fell from 0.53 to 0.15 s of the run, first audio the same within the noise
+# (BENCHMARKS.md, "First audio under load"). The padding: a tail of at most CLASS_POSITIONS rows through the products,
+# queries up to the next KEY_CHUNK in attention. Larger packed batches keep their exact shapes: their compositions
+# rarely repeat, and there the padding would be paid at every step.
 CLASS_MAX_PROMPTS, CLASS_POSITIONS, CLASS_TARGETS = 4, 64, 64
 
 
