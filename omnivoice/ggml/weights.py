@@ -48,9 +48,9 @@ def nbytes_of(ggml_type: int, ne: Iterable[int]) -> int:
 
 @dataclass(frozen=True)
 class Zeros:
-    """A `from_arrays` value: a tensor of this numpy dtype and shape, zeroed on the device (no host array, no
-    copy: the padded attention's Q/K/V rows of a packed LM graph are tens of MB, and the serving engine builds
-    such a graph whenever its batch changes)."""
+    """A `from_arrays` value: a tensor of this numpy dtype (or ggml type, for types numpy lacks: BF16) and shape,
+    zeroed on the device (no host array, no copy: the padded attention's Q/K/V rows of a packed LM graph are tens
+    of MB, and the serving engine builds such a graph whenever its batch changes)."""
 
     dtype: Any
     shape: tuple[int, ...]
@@ -220,8 +220,8 @@ class WeightStore:
         try:
             for name, value in arrays.items():
                 if isinstance(value, Zeros):
-                    store.add(name, types.from_numpy(np.dtype(value.dtype)), list(reversed(value.shape)) or [1],
-                              None)
+                    ggml_type = value.dtype if isinstance(value.dtype, int) else types.from_numpy(np.dtype(value.dtype))
+                    store.add(name, ggml_type, list(reversed(value.shape)) or [1], None)
                     continue
                 type_name, arr = value if isinstance(value, tuple) else (None, value)
                 arr = np.asarray(arr)

@@ -246,7 +246,10 @@ class PaddedSegments:
     would not be). One set serves every layer: the backends run a graph's nodes in order, so a layer's set_rows
     comes after the previous layer's attention has read the buffers. The outputs go back by set_rows over
     `scatter` into one tensor of `results` (by type) that every layer overwrites: made by the first layer, since a
-    new one a layer would be a leaf of the graph, and ggml's allocator holds every leaf from the start."""
+    new one a layer would be a leaf of the graph, and ggml's allocator holds every leaf from the start; or given,
+    zeroed, where packed positions are no segment's (a shape class's tail rows, which no set_rows writes: rows
+    of the compute buffer left as they were would carry whatever bits were there, NaN among them, through the
+    layers into the spare row of K and V)."""
 
     buckets: tuple
     rows: object     # I64 [L]: the padded row of each packed position
@@ -258,6 +261,12 @@ class PaddedSegments:
     # ggml patch 0019: tell CUDA's short-sequence attention (op_params[5] = 1) that a bucket mask's rows are the same
     # for every query of a segment, so that it reads one row a segment; every other kernel reads the whole mask
     same_rows: bool = False
+
+
+def padded_out_type(layer: "LMLayer", variant: "Variant") -> int:
+    """The type padded attention writes its outputs in: under attn_cast the output product's input type (their
+    set_rows casts), else F32."""
+    return layer.o.type if variant.attn_cast and layer.o.type in (types.F16, types.BF16) else types.F32
 
 
 def padded_attention(ctx, cfg: LMConfig, q, k, v, padded: PaddedSegments, out_type: int = types.F32):
@@ -332,9 +341,7 @@ def decoder_layer(ctx, layer: LMLayer, cfg: LMConfig, il: int, x, pos, segments,
         cur = nn.attention(ctx, q, k, v, inputs.attn_mask, 1.0 / math.sqrt(cfg.head_dim),
                            flash=flash_kv is not None, kv_type=flash_kv, contiguous_qk=contiguous_qk)
     elif padded:
-        # under attn_cast the outputs go back already in the output product's input type (their set_rows casts)
-        out_type = layer.o.type if variant.attn_cast and layer.o.type in (types.F16, types.BF16) else types.F32
-        cur = padded_attention(ctx, cfg, q, k, v, segments, out_type)
+        cur = padded_attention(ctx, cfg, q, k, v, segments, padded_out_type(layer, variant))
     else:
         cur = segmented_attention(ctx, cfg, q, k, v, segments, flash_kv, contiguous_qk, cpu, variant.fma_attention)
     named(cur, "kqv_out", il)                                                                # [D * H, L]

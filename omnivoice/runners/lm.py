@@ -525,6 +525,14 @@ class ChunkSession:
             consts["pad_q"] = Zeros(np.float32, (R, cfg.head_dim * cfg.n_head))
             consts["pad_k"] = Zeros(kv_dtype, (R, width))
             consts["pad_v"] = Zeros(kv_dtype, (R, width))
+            if L > sum(segments):
+                # a class's tail: the attention's outputs in a zeroed constant whose tail rows stay zero (no
+                # set_rows writes them), so that the tail's activations, and the spare K/V row they write, stay
+                # finite (models.lm.PaddedSegments). Left to the compute buffer, whose rows hold whatever the last
+                # run put there, the spare row went non-finite in 11 of 300 class sessions on the CPU; on CUDA
+                # class graphs of 2 to 4 prompts then gave NaN logits under load (BENCHMARKS.md, "Shape classes off").
+                out_type = lm_graph.padded_out_type(w.layers[0], model.variant)
+                consts["pad_out"] = Zeros(out_type, (L + 1, cfg.head_dim * cfg.n_head))
         # A lone greedy prompt's device-side MaskGIT state (run_on_device): its tokens, the steps' rows, the step
         # counter and error bits, the choice's scratch; kept with the graph like the other constants.
         if self._device_loop:
@@ -604,8 +612,11 @@ class ChunkSession:
         c = self.constants
         buckets = tuple(lm_graph.PaddedBucket(c[f"pad_mask_{b}"], P, len(members))
                         for b, (P, members) in enumerate(self._buckets))
+        results = {}
+        if "pad_out" in c:  # a class's tail (the session's build says why)
+            results[lm_graph.padded_out_type(self.model.weights.layers[0], self.model.variant)] = c["pad_out"]
         return lm_graph.PaddedSegments(buckets, c["pad_rows"], c["pad_q"], c["pad_k"], c["pad_v"], c["pad_scatter"],
-                                       same_rows=self.model.runtime.has(FATTN_MASK_ROW))
+                                       results=results, same_rows=self.model.runtime.has(FATTN_MASK_ROW))
 
     def _audio_ids(self, tokens: list[np.ndarray]) -> np.ndarray:
         ids = self._ids.copy()
