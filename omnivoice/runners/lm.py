@@ -220,13 +220,15 @@ class LanguageModel:
             max_graphs = env if env is not None else (16 if runtime.is_gpu else 0)
         self.max_graphs = max(0, int(max_graphs))
         classes_possible = self.padded_attention and not self.variant.one_attention
-        # Shape classes are off by default: on CUDA (an H100 and an H200, BF16), 1-2 % of the server's requests
-        # under 64 conversational clients failed, every one in a class graph of 2 to 4 prompts whose guided pick
-        # read rows of NaN logits (a pick of -1), on the device's MaskGIT and the host's alike; with exact shapes
-        # none of 640 did. The root cause is not found. What classes gained, on the H100 (the real server, 4
-        # requests a run, one call): one client's first audio p50 92 ms against 121 ms without; 32 conversational
-        # clients p99 223 against 214 ms; closed loop 129.5 against 124.1 audio s/s at 32 clients, 144.4 against
-        # 146.9 at 64; on the H200 86 against 98 ms and 164.8 against 145.3 audio s/s at 32 (BENCHMARKS.md).
+        # Shape classes are off by default: on CUDA (an H100 and an H200, BF16), 1-2 % of the server's requests under 64
+        # conversational clients failed, every one in a class graph of 2 to 4 prompts whose guided pick read rows of NaN
+        # logits (a pick of -1), on the device's MaskGIT and the host's alike; with exact shapes none of 640 did. One
+        # cause was found since on the CPU (a class's tail rows carried non-finite compute-buffer bits into the spare
+        # K/V row; the session's build below keeps them zero); until the load is measured again on a GPU, classes stay
+        # off. What classes gained, on the H100 (the real server, 4 requests a run, one call): one client's first audio
+        # p50 92 ms against 121 ms without; 32 conversational clients p99 223 against 214 ms; closed loop 129.5 against
+        # 124.1 audio s/s at 32 clients, 144.4 against 146.9 at 64; on the H200 86 against 98 ms and 164.8 against 145.3
+        # audio s/s at 32 (BENCHMARKS.md).
         if shape_classes is None:
             shape_classes = bool(current().shape_classes)
         if shape_classes and not classes_possible:
@@ -234,8 +236,8 @@ class LanguageModel:
         self.shape_classes = bool(shape_classes)
         if self.shape_classes and runtime.is_gpu:
             log.warning("LM shape classes are on (OMNIVOICE_SHAPE_CLASSES / shape_classes=): on CUDA, class graphs "
-                        "of 2 to 4 prompts gave NaN logits under load, failing about 1-2 %% of requests "
-                        "(BENCHMARKS.md, \"Shape classes off\")")
+                        "of 2 to 4 prompts gave NaN logits under load, failing about 1-2 %% of requests; one cause "
+                        "is fixed, the load not yet measured again (BENCHMARKS.md, \"Shape classes off\")")
         self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 1 << 30
         self._kept: OrderedDict[tuple, list[_KeptGraph]] = OrderedDict()
         self._kept_lock = threading.Lock()
