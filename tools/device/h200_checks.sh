@@ -25,6 +25,8 @@
 #           REF_DTYPES (bfloat16), REPEATS (3) after a warm-up; with BASE=DIR (an earlier tree, made here with
 #           `git archive COMMIT omnivoice tools | tar -x -C .devcarry/base`) ours against that tree instead,
 #           alternated ROUNDS (2) times on this machine's build
+#   classes tools/class_check.py: CLASS_SESSIONS (300) random packs of 1 to 4 one-sentence prompts, a shape-class
+#           graph's picks against exact shapes' (a pick of -1, a score not finite, or under 98 % equal fails)
 #   steps   tools/lm_step_time.py: synced steps, QUEUED (64) steps back to back, 32-step chunks stepped on the host
 #           and on the device, at SHAPES (auto5,clone5,90:0:500)
 #   batch   tools/batch_bench.py: BATCH_SIZES (64) five-second requests of MIX (mixed) batched against one by one;
@@ -95,7 +97,7 @@ any_part() { local p; for p; do part "$p" && return 0; done; return 1; }  # whet
 fits() { (( $(left) >= $1 )) && return 0; stamp "skipped $2: needs ~$1 s"; return 1; }
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 for p in ${PARTS//,/ }; do
-  [[ " one_engine tests bench steps batch server vulkan vulkan_f32 ray serve cuda_wheel " == *" $p "* ]] ||
+  [[ " one_engine tests bench classes steps batch server vulkan vulkan_f32 ray serve cuda_wheel " == *" $p "* ]] ||
     { echo "error: PARTS=$PARTS: unknown part '$p'"; exit 2; }
 done
 if part one_engine; then  # this tree against BASE on every measure, with the settings of its header entry
@@ -104,9 +106,9 @@ if part one_engine; then  # this tree against BASE on every measure, with the se
   WS_REPEATS=${WS_REPEATS:-3} LOAD_ARGS="--direct ${LOAD_ARGS:-}" PARTS=${PARTS//one_engine/tests,bench,batch,server}
 fi
 # what the parts need: ggml built for this machine (all but cuda_wheel), the full checkpoint and its conversion
-BUILD_PARTS=(tests bench steps batch server vulkan vulkan_f32 ray serve)
-CUDA_PARTS=(tests bench steps batch server ray serve)
-MODEL_PARTS=(bench steps batch server vulkan ray serve)
+BUILD_PARTS=(tests bench classes steps batch server vulkan vulkan_f32 ray serve)
+CUDA_PARTS=(tests bench classes steps batch server ray serve)
+MODEL_PARTS=(bench classes steps batch server vulkan ray serve)
 
 # --- setup: wheels, ggml, the checkpoint and its conversion (each skipped when a warm machine has it) ---
 if [ "$BACKEND" = cuda ] && [ ! -f "$W/site/.done" ]; then
@@ -239,6 +241,12 @@ if part bench && fits 150 "bench"; then
   else
     stamp "skipped bench: no reference wheels in .whl and no BASE"
   fi
+fi
+
+if part classes && fits 60 "classes"; then
+  stamp "class graphs against exact shapes"
+  timeout $(( $(left) - 10 )) python3 tools/class_check.py --model "$MODEL" --backend "$BACKEND" \
+    --sessions "${CLASS_SESSIONS:-300}" --json "$R/class_check.json" 2>&1 | grep -vE "^\s*$" | tail -40
 fi
 
 if part steps && fits 90 "steps"; then
