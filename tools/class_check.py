@@ -28,10 +28,9 @@ from omnivoice.runners.lm import LanguageModel, LMInput  # noqa: E402
 FRAMES_PER_S = 25
 
 
-def random_prompt(rng: np.random.Generator, C: int = 8, mask_id: int = 1024) -> LMInput:
-    """A one-sentence request's prompt: 5-40 text ids, a 0-5 s reference, a 1-10 s target, about 60 % masked."""
-    n_text, n_ref = int(rng.integers(5, 40)), int(rng.integers(0, 5 * FRAMES_PER_S))
-    n_target = int(rng.integers(FRAMES_PER_S, 10 * FRAMES_PER_S))
+def random_prompt(rng: np.random.Generator, n_text: int, n_ref: int, n_target: int, C: int = 8,
+                  mask_id: int = 1024) -> LMInput:
+    """Text ids broadcast over the codebooks, optional reference codes, then the (partly unmasked) target."""
     text = np.repeat(rng.integers(0, 151_000, n_text)[None], C, 0)
     ref = rng.integers(0, 1024, (C, n_ref))
     target = np.where(rng.random((C, n_target)) < 0.6, mask_id, rng.integers(0, 1024, (C, n_target)))
@@ -39,6 +38,12 @@ def random_prompt(rng: np.random.Generator, C: int = 8, mask_id: int = 1024) -> 
     mask = np.zeros(ids.shape[1], bool)
     mask[n_text:] = True
     return LMInput(ids, mask, n_target)
+
+
+def sentence_prompt(rng: np.random.Generator) -> LMInput:
+    """A one-sentence request's prompt: 5-40 text ids, a 0-5 s reference, a 1-10 s target, about 60 % masked."""
+    return random_prompt(rng, int(rng.integers(5, 40)), int(rng.integers(0, 5 * FRAMES_PER_S)),
+                         int(rng.integers(FRAMES_PER_S, 10 * FRAMES_PER_S)))
 
 
 def main(argv=None) -> int:
@@ -58,7 +63,7 @@ def main(argv=None) -> int:
     failures, reused = [], 0
     try:
         for i in range(args.sessions):
-            prompts = [random_prompt(rng) for _ in range(int(rng.integers(1, 5)))]
+            prompts = [sentence_prompt(rng) for _ in range(int(rng.integers(1, 5)))]
             tokens = [pr.input_ids[:, -pr.n_target:] for pr in prompts]
             with classes.session(prompts, 2.0, True) as s:
                 got, was_reused, L = s.step(tokens), s.reused, s.L

@@ -7,14 +7,20 @@ stacked q/k/v and gate/up matrices that GPU runtimes load.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
 from omnivoice.ggml import types
-from omnivoice.runners.lm import LanguageModel, LMInput
+from omnivoice.runners.lm import LanguageModel
 
 from .lm_reference import forward, guided
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from class_check import random_prompt  # noqa: E402  (a prompt of given sizes: tools/class_check.py draws them too)
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +40,6 @@ def ref_cfg(lm):
     c = lm.cfg
     return dict(n_layer=c.n_layer, n_head=c.n_head, n_head_kv=c.n_head_kv, head_dim=c.head_dim, eps=c.rms_eps,
                 theta=c.rope_theta, n_codebook=c.n_codebook, audio_vocab=c.audio_vocab)
-
-
-def random_prompt(rng, n_text: int, n_ref: int, n_target: int, C: int = 8, mask_id: int = 1024) -> LMInput:
-    """Text ids broadcast over the codebooks, optional reference codes, then the (partly unmasked) target."""
-    text = np.repeat(rng.integers(0, 151_000, n_text)[None], C, 0)
-    ref = rng.integers(0, 1024, (C, n_ref))
-    target = np.where(rng.random((C, n_target)) < 0.6, mask_id, rng.integers(0, 1024, (C, n_target)))
-    ids = np.concatenate([text, ref, target], 1).astype(np.int32)
-    mask = np.zeros(ids.shape[1], bool)
-    mask[n_text:] = True
-    return LMInput(ids, mask, n_target)
 
 
 @pytest.mark.parametrize("flash", [False, True])
