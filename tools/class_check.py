@@ -2,14 +2,14 @@
 
     python3 tools/class_check.py --model omnivoice-base-BF16.gguf --backend cuda [--sessions 300] [--json out.json]
 
-Each session packs 1 to 4 random greedy prompts of one-sentence sizes (text, a voice reference, a target of 1 to
-10 s; every other session the sizes of the one before with new content, so that it reuses that class's kept
-graph) and runs one MaskGIT step on a shape-class graph (LanguageModel(shape_classes=True)) and on exact shapes.
-A session fails where a class pick is -1 (a row of no finite logit), a score is not finite, fewer than `--agree`
-of the picks equal the exact shapes' (the padding changes summation order only), or a row of the padded Q, K or V
-holds a value that is not finite (the tail's rows once carried such values from the compute buffer, 3f6a352).
-Prints a line per failure and a summary; exit status 1 if any failed. On CUDA, class graphs of 2 to 4 prompts gave NaN logits under load (BENCHMARKS.md,
-"Shape classes off"): this checks the graphs without the server.
+Each session packs 1 to 4 random greedy prompts of one-sentence sizes (text, a voice reference, a target of 1 to 10
+s; every other session the sizes of the one before with new content, so that it reuses that class's kept graph) and
+runs one MaskGIT step on a shape-class graph (LanguageModel(shape_classes=True)) and on exact shapes. A session
+fails where a class pick is -1 (a row of no finite logit), a score is not finite, fewer than `--agree` of the picks
+equal the exact shapes' (the padding changes summation order only), or a row of the padded Q, K or V holds a value
+that is not finite (the tail's rows once carried such values from the compute buffer, 3f6a352). Prints a line per
+failure and a summary; exit status 1 if any failed. On CUDA, class graphs of 2 to 4 prompts gave NaN logits under
+load (BENCHMARKS.md, "Shape classes off"): this checks the graphs without the server.
 """
 
 from __future__ import annotations
