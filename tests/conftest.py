@@ -63,12 +63,12 @@ def k256_checkpoint(tmp_path_factory):
     return _make_checkpoint(tmp_path_factory, "k256")
 
 
-class _TinyGGUF(dict):
-    """{'f32'|'f16'|'bf16'|'q8_0': LM GGUF path, 'codec': codec GGUF path} of one checkpoint converted into `out`:
-    F32 and the codec at once, another quantization when a test first asks for it (most tests use F32 alone; the
-    four conversions took 20-30 s of the first test's setup on a busy 2-core host)."""
+class _ConvertedGGUF(dict):
+    """{'f32'|'f16'|'bf16'|'q8_0'|'q4_k_m': LM GGUF path, 'codec': codec GGUF path} of one checkpoint converted into
+    `out`: F32 and the codec at once, another quantization when a test first asks for it (most tests use F32 alone;
+    the four conversions of the tiny checkpoint took 20-30 s of the first test's setup on a busy 2-core host)."""
 
-    QUANTS = ("f32", "f16", "bf16", "q8_0")
+    QUANTS = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
 
     def __init__(self, checkpoint, out) -> None:
         super().__init__()
@@ -92,7 +92,15 @@ class _TinyGGUF(dict):
 def tiny_gguf(tiny_checkpoint, tmp_path_factory):
     """The tiny checkpoint converted: {'f32'|'f16'|'bf16'|'q8_0': LM GGUF path, 'codec': codec GGUF path} (the
     quantizations other than F32 converted on first use)."""
-    return _TinyGGUF(tiny_checkpoint, tmp_path_factory.mktemp("gguf"))
+    return _ConvertedGGUF(tiny_checkpoint, tmp_path_factory.mktemp("gguf"))
+
+
+@pytest.fixture(scope="session")
+def k256_gguf(k256_checkpoint, tmp_path_factory):
+    """The k256 checkpoint converted, as tiny_gguf: F32 (and the codec) at once, the others on first use ('q4_k_m'
+    too: its rows hold whole K-quant blocks). Its head size, 128, is one CUDA's flash attention takes; the tiny
+    model's 16 is not."""
+    return _ConvertedGGUF(k256_checkpoint, tmp_path_factory.mktemp("k256-gguf"))
 
 
 @pytest.fixture(autouse=True)

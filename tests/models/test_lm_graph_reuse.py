@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnivoice.ggml import Graph
+from omnivoice.ggml import Graph, Runtime, types
 from omnivoice.runners.lm import LanguageModel
 
 from .test_lm import random_prompt
@@ -160,28 +160,44 @@ def test_default_keeps_graphs_on_gpus_only_and_no_shape_classes(runtime, tiny_gg
 
 
 # ---------------------------------------------------------------------------------------------- shape classes
+# Padded attention runs on ggml's flash attention, so these tests take the k256 model: its head size, 128, is one
+# CUDA's kernels take (the tiny model's 16 is not, and the tests skipped there). Its vocabularies and codebooks are
+# the tiny model's (151676 text ids, 8 x 1025 audio ids), which random_prompt's ids fit.
+@pytest.fixture(scope="module")
+def fa_runtime(runtime):
+    """The runtime padded attention is tested on: the suite's own on the CPU; on a GPU one whose K/V are F16, as in
+    a user's process, since the suite's asks for float32 and CUDA's flash attention takes no F32 K/V
+    (Runtime.supports_flash_attn)."""
+    if not runtime.is_gpu:
+        yield runtime
+        return
+    with Runtime(runtime.device.spec, exact_f32=False) as rt:
+        yield rt
+
+
 def padded_model(runtime, gguf, **kw):
     """The GPU's attention layout (padded buckets, ggml's flash attention) on this runtime; skips where the
-    runtime has no flash attention for the tiny model."""
+    runtime has no flash attention for the model's head size and K/V type."""
     from omnivoice.models.lm import Variant
     probe = LanguageModel(runtime, gguf, padded_attention=True, variant=Variant(), max_graphs=0, shape_classes=False)
-    padded = probe.padded_attention
+    padded, head_dim = probe.padded_attention, probe.cfg.head_dim
     probe.close()
     if not padded:
-        pytest.skip(f"padded attention needs flash attention, which {runtime.device.spec} lacks for the tiny model")
+        pytest.skip(f"padded attention needs flash attention, which {runtime.device.spec} lacks for head size "
+                    f"{head_dim} with {'F16' if probe.flash_kv == types.F16 else 'F32'} K/V")
     return LanguageModel(runtime, gguf, padded_attention=True, variant=Variant(), **kw)
 
 
 @pytest.fixture
-def classes(runtime, tiny_gguf):
-    model = padded_model(runtime, tiny_gguf["f32"], max_graphs=4, shape_classes=True)
+def classes(fa_runtime, k256_gguf):
+    model = padded_model(fa_runtime, k256_gguf["f32"], max_graphs=4, shape_classes=True)
     yield model
     model.close()
 
 
 @pytest.fixture(scope="module")
-def exact(runtime, tiny_gguf):
-    model = padded_model(runtime, tiny_gguf["f32"], max_graphs=0, shape_classes=False)
+def exact(fa_runtime, k256_gguf):
+    model = padded_model(fa_runtime, k256_gguf["f32"], max_graphs=0, shape_classes=False)
     yield model
     model.close()
 
@@ -262,16 +278,16 @@ def test_a_class_tail_stays_finite_whatever_the_compute_buffer_held(classes, exa
         assert np.mean(g["pred"] == w["pred"]) > 0.99 and np.isfinite(g["score"]).all()
 
 
-def test_requests_of_one_class_share_a_kept_graph(classes, rng, runtime, tiny_gguf):
+def test_requests_of_one_class_share_a_kept_graph(classes, rng, fa_runtime, k256_gguf):
     a, b = random_prompt(rng, 13, 9, 21), random_prompt(rng, 30, 0, 17)   # 43 + 21 and 47 + 17: one class
     c = random_prompt(rng, 13, 9, 80)                                      # targets past the class's
     for p, reused in ((a, False), (b, True), (c, False)):
         tok = [rng.integers(0, 1024, (8, p.n_target)).astype(np.int32)]
         was, got = run(classes, [p], tok, with_logits=False)
         assert was is reused
-        fresh_class = padded_model(runtime, tiny_gguf["f32"], max_graphs=0, shape_classes=True)
+        fresh_class = padded_model(fa_runtime, k256_gguf["f32"], max_graphs=0, shape_classes=True)
         try:  # a kept graph given new content computes what a new graph of the class computes
-            assert_same(got, run(fresh_class, [p], tok, with_logits=False)[1], runtime)
+            assert_same(got, run(fresh_class, [p], tok, with_logits=False)[1], fa_runtime)
         finally:
             fresh_class.close()
     assert classes.kept_graphs == 2
@@ -293,21 +309,21 @@ def test_sampled_prompts_logits_and_large_batches_keep_exact_shapes(classes, rng
     assert classes.kept_graphs == 1
 
 
-def test_shape_classes_asked_for_on_a_gpu_log_the_defect(runtime, tiny_gguf, monkeypatch, caplog):
+def test_shape_classes_asked_for_on_a_gpu_log_the_defect(fa_runtime, k256_gguf, monkeypatch, caplog):
     """Where they are turned on on a GPU runtime, one warning names what was seen on CUDA; none on the CPU."""
     monkeypatch.setenv("OMNIVOICE_SHAPE_CLASSES", "1")  # the variable asks what the argument would
 
     def warnings() -> list[str]:
         caplog.clear()
         with caplog.at_level("WARNING", logger="omnivoice.runners.lm"):
-            model = padded_model(runtime, tiny_gguf["f32"], max_graphs=0)
+            model = padded_model(fa_runtime, k256_gguf["f32"], max_graphs=0)
         assert model.shape_classes
         model.close()
         return [r.getMessage() for r in caplog.records if r.name == "omnivoice.runners.lm"]
 
-    if not runtime.is_gpu:
+    if not fa_runtime.is_gpu:
         assert warnings() == []
-        monkeypatch.setattr(type(runtime), "is_gpu", property(lambda self: True))  # the CPU taken for a GPU
+        monkeypatch.setattr(type(fa_runtime), "is_gpu", property(lambda self: True))  # the CPU taken for a GPU
     warned = warnings()
     assert len(warned) == 1 and "NaN logits" in warned[0] and "BENCHMARKS.md" in warned[0], warned
 
@@ -320,24 +336,24 @@ def test_shape_classes_need_padded_attention(runtime, tiny_gguf, monkeypatch):
         LanguageModel(runtime, tiny_gguf["f32"], padded_attention=False)
 
 
-def test_a_class_graph_sizes_its_own_buffers(runtime, tiny_gguf, rng, monkeypatch):
+def test_a_class_graph_sizes_its_own_buffers(fa_runtime, k256_gguf, rng, monkeypatch):
     """A class's graph is kept for many sessions: it takes a new scheduler, not a pooled one whose buffers a large
     graph grew (which would hold that memory for as long as the class is kept, or exceed max_graph_bytes)."""
     from omnivoice.ggml.backend import SchedulerPool
     from omnivoice.runners.lm import CLASS_MAX_PROMPTS
-    monkeypatch.setattr(runtime, "schedulers", SchedulerPool(max_kept=2, max_bytes=1 << 40,
-                                                             size_of=runtime.sched_buffer_size))
-    model = padded_model(runtime, tiny_gguf["f32"], max_graphs=4, shape_classes=True)
+    monkeypatch.setattr(fa_runtime, "schedulers", SchedulerPool(max_kept=2, max_bytes=1 << 40,
+                                                             size_of=fa_runtime.sched_buffer_size))
+    model = padded_model(fa_runtime, k256_gguf["f32"], max_graphs=4, shape_classes=True)
     try:
         big = [random_prompt(rng, 40, 0, 200) for _ in range(CLASS_MAX_PROMPTS + 1)]  # exact shapes
         with model.session(big, 2.0, True) as s:
             big_bytes = s.graph.buffer_size()
         model.clear_graphs()  # its scheduler, buffers and all, goes to the pool
-        assert len(runtime.schedulers) == 1
+        assert len(fa_runtime.schedulers) == 1
         p = random_prompt(rng, 10, 0, 20)
         with model.session([p], 2.0, True) as s:
             assert s.graph.buffer_size() < big_bytes / 4
-        assert len(runtime.schedulers) == 1  # not taken
+        assert len(fa_runtime.schedulers) == 1  # not taken
     finally:
         model.close()
-        runtime.schedulers.clear()
+        fa_runtime.schedulers.clear()

@@ -16,15 +16,6 @@ from omnivoice.runners.lm import LanguageModel, products_kernel
 from .test_lm import random_prompt
 
 
-@pytest.fixture(scope="module")
-def k256_gguf(k256_checkpoint, tmp_path_factory) -> dict[str, object]:
-    from omnivoice.convert import convert_checkpoint
-
-    out = tmp_path_factory.mktemp("k256-gguf")
-    return {q: convert_checkpoint(k256_checkpoint, out, q, progress=False)[0]
-            for q in ("f32", "f16", "bf16", "q8_0", "q4_k_m")}
-
-
 def step_logits(lm: LanguageModel, prompts) -> np.ndarray:
     with lm.session(prompts, 2.0, greedy=True, with_logits=True) as s:
         out = s.step([p.input_ids[:, -p.n_target:] for p in prompts])
