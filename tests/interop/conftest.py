@@ -52,18 +52,6 @@ def cpp_tiny(cpp_layout, tiny_checkpoint, tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def k256_ours(k256_checkpoint, tmp_path_factory) -> dict[str, Path]:
-    """Our files of the k256 checkpoint: 'f32', 'q4_k_m' (base), 'codec'."""
-    from omnivoice.convert import convert_checkpoint
-
-    out = tmp_path_factory.mktemp("k256-ours")
-    paths = {}
-    for q in ("f32", "q4_k_m"):
-        paths[q], paths["codec"] = convert_checkpoint(k256_checkpoint, out, q, progress=False)
-    return paths
-
-
-@pytest.fixture(scope="session")
 def k256_theirs(cpp_layout, k256_checkpoint, tmp_path_factory) -> dict[str, Path]:
     """Their files of the k256 checkpoint: 'f32', 'q4_k_m' (base and codec_q4_k_m), 'codec'."""
     return _theirs(cpp_layout, k256_checkpoint, tmp_path_factory.mktemp("k256-cpp"), ("q4_k_m",))

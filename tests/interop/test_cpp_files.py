@@ -53,9 +53,9 @@ def test_their_files_synthesize_as_ours(quant, cpp_tiny, tiny_gguf):
                 synthesize_cases(tiny_gguf[quant], tiny_gguf["codec"]))
 
 
-def test_their_k_quant_files_synthesize_as_ours(k256_theirs, k256_ours):
+def test_their_k_quant_files_synthesize_as_ours(k256_theirs, k256_gguf):
     assert_same(synthesize_cases(k256_theirs["q4_k_m"], k256_theirs["codec"], ("auto",)),
-                synthesize_cases(k256_ours["q4_k_m"], k256_ours["codec"], ("auto",)))
+                synthesize_cases(k256_gguf["q4_k_m"], k256_gguf["codec"], ("auto",)))
 
 
 @pytest.mark.parametrize("quant", ["bf16", "q8_0"])

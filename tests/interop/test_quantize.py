@@ -61,10 +61,10 @@ def test_schemes_of_the_bench_tool():
 
 # ------------------------------------------------------------------------------------------------ the tool
 
-def test_ours_requantized_equals_ours_converted(k256_ours, tmp_path):
+def test_ours_requantized_equals_ours_converted(k256_gguf, tmp_path):
     out = tmp_path / "omnivoice-base-Q4_K_M.gguf"
-    assert main([str(k256_ours["f32"]), str(out), "--type", "Q4_K_M", "-q"]) == 0
-    a, b = read_gguf(str(out)), read_gguf(str(k256_ours["q4_k_m"]))
+    assert main([str(k256_gguf["f32"]), str(out), "--type", "Q4_K_M", "-q"]) == 0
+    a, b = read_gguf(str(out)), read_gguf(str(k256_gguf["q4_k_m"]))
     assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
     for x, y in zip(a.tensors, b.tensors):
         assert (x.shape, x.tensor_type, x.data.tobytes()) == (y.shape, y.tensor_type, y.data.tobytes()), x.name
@@ -74,7 +74,7 @@ def test_ours_requantized_equals_ours_converted(k256_ours, tmp_path):
     assert {"Q4_K", "Q6_K", "F32"} <= kinds  # real K blocks: the k256 rows are 256 and 512 long
 
 
-def test_theirs_requantized_keeps_their_layout(k256_theirs, k256_ours):
+def test_theirs_requantized_keeps_their_layout(k256_theirs, k256_gguf):
     """Their F32 file quantized here is their layout (file type as a string, GGUF's default alignment, their
     tensor order, ranks without trailing 1s) with the same tensor bytes as our converter's Q4_K_M."""
     f = read_gguf(str(k256_theirs["q4_k_m"]))
@@ -82,7 +82,7 @@ def test_theirs_requantized_keeps_their_layout(k256_theirs, k256_ours):
     assert f.types[K.GENERAL_FILE_TYPE] == "str" and f.types[K.AUDIO_CODEBOOK_WEIGHTS] == "[i32]"
     names = [t.name for t in f.tensors]
     assert names == sorted(names)
-    ours = {t.name: t for t in read_gguf(str(k256_ours["q4_k_m"])).tensors}
+    ours = {t.name: t for t in read_gguf(str(k256_gguf["q4_k_m"])).tensors}
     for t in f.tensors:
         assert (t.tensor_type, t.data.tobytes()) == (ours[t.name].tensor_type, ours[t.name].data.tobytes()), t.name
     codec = read_gguf(str(k256_theirs["codec_q4_k_m"]))
@@ -90,23 +90,23 @@ def test_theirs_requantized_keeps_their_layout(k256_theirs, k256_ours):
     assert len(alpha.shape) == 2 and alpha.tensor_type == gguf.GGMLQuantizationType.F32
 
 
-def test_requantizing_needs_a_flag(k256_ours, tmp_path, capsys):
+def test_requantizing_needs_a_flag(k256_gguf, tmp_path, capsys):
     out = tmp_path / "q6.gguf"
-    assert main([str(k256_ours["q4_k_m"]), str(out), "--type", "q6_k", "-q"]) == 2
+    assert main([str(k256_gguf["q4_k_m"]), str(out), "--type", "q6_k", "-q"]) == 2
     err = capsys.readouterr().err
     assert "already Q4_K" in err and "--allow-requantize" in err and not out.exists()
-    assert main([str(k256_ours["q4_k_m"]), str(out), "--type", "q6_k", "--allow-requantize", "-q"]) == 0
+    assert main([str(k256_gguf["q4_k_m"]), str(out), "--type", "q6_k", "--allow-requantize", "-q"]) == 0
     assert set(_types(out).values()) <= {"Q6_K", "F32"}
 
 
-def test_bad_inputs_exit_2_and_leave_nothing(tmp_path, k256_ours, capsys):
+def test_bad_inputs_exit_2_and_leave_nothing(tmp_path, k256_gguf, capsys):
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a gguf file at all")
     out = tmp_path / "out.gguf"
     assert main([str(junk), str(out), "--type", "q8_0"]) == 2
     assert "not a GGUF file" in capsys.readouterr().err
     assert main([str(tmp_path / "none.gguf"), str(out), "--type", "q8_0"]) == 2
-    assert main([str(k256_ours["f32"]), str(k256_ours["f32"]), "--type", "q8_0"]) == 2
+    assert main([str(k256_gguf["f32"]), str(k256_gguf["f32"]), "--type", "q8_0"]) == 2
     assert "overwrite the input" in capsys.readouterr().err
     w = gguf.GGUFWriter(tmp_path / "llama.gguf", "llama")
     w.add_tensor("x", np.zeros((4, 32), np.float32))
@@ -114,14 +114,14 @@ def test_bad_inputs_exit_2_and_leave_nothing(tmp_path, k256_ours, capsys):
     assert main([str(tmp_path / "llama.gguf"), str(out), "--type", "q8_0"]) == 2
     assert "expected an OmniVoice model file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
-        main([str(k256_ours["f32"]), str(out), "--type", "q4_0"])
+        main([str(k256_gguf["f32"]), str(out), "--type", "q4_0"])
     assert e.value.code == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.gguf", "llama.gguf"]
 
 
-def test_module_entry_point(k256_ours, tmp_path):
+def test_module_entry_point(k256_gguf, tmp_path):
     out = tmp_path / "omnivoice-base-Q6_K.gguf"
-    proc = subprocess.run([sys.executable, "-m", "omnivoice.quantize", str(k256_ours["f32"]), str(out),
+    proc = subprocess.run([sys.executable, "-m", "omnivoice.quantize", str(k256_gguf["f32"]), str(out),
                            "--type", "q6_k", "-q"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and read_gguf(str(out)).metadata[K.GENERAL_FILE_TYPE] == 18
