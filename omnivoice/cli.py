@@ -53,7 +53,26 @@ TERMINATION_GRACE_S = 2.0
 _handled = threading.Event()  # the main thread has run _on_signal
 
 
+# How long a signal that landed in a finalizer waits before it is sent again (see _on_signal).
+FINALIZER_RETRY_S = 0.01
+
+
+def _in_finalizer(frame) -> bool:
+    """Whether the handler runs inside a `__del__` (of this frame or one it was called from)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _on_signal(signum: int, frame) -> None:
+    if _in_finalizer(frame):
+        # An exception raised in a finalizer is printed ("Exception ignored in ...") and dropped: the command
+        # would go on as if no signal had come (a batch run whose Ctrl-C landed in Graph.__del__ finished all its
+        # items and exited 0). The signal is sent again once the finalizer is likely done.
+        threading.Timer(FINALIZER_RETRY_S, os.kill, (os.getpid(), signum)).start()
+        return
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, _ignore)
     _handled.set()

@@ -96,6 +96,36 @@ def test_a_signal_during_a_deferred_block_is_raised_when_it_ends():
     assert steps == ["written whole"]
 
 
+def test_a_signal_that_lands_in_a_finalizer_still_stops_the_command():
+    """Python drops an exception raised in a __del__ (it prints "Exception ignored in"): a Ctrl-C landing there
+    once let a batch run finish every item and exit 0. The signal is sent again and the command stops with 130."""
+    import os
+    import signal
+    import time
+
+    steps = []
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs here, inside the finalizer
+            steps.append("finalized")
+
+    def body():
+        Finalized()  # dropped at once: its __del__ runs
+        for _ in range(200):  # the command goes on; the signal sent again stops it
+            time.sleep(0.01)
+        steps.append("ran to its end")
+        return 0
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert cli.run(body) == 130
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+    assert steps == ["finalized"]
+
+
 def test_a_malformed_variable_is_bad_input_not_a_traceback(tiny_gguf, tmp_path):
     """A malformed OMNIVOICE_* variable stops no command's import (--help answers) and is a worded error, exit
     status 2, when the command runs: the server's before it takes its port. A fresh process each: the variable
