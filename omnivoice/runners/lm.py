@@ -614,9 +614,8 @@ class ChunkSession:
         c = self.constants
         buckets = tuple(lm_graph.PaddedBucket(c[f"pad_mask_{b}"], P, len(members))
                         for b, (P, members) in enumerate(self._buckets))
-        results = {}
-        if "pad_out" in c:  # a class's tail (the session's build says why)
-            results[lm_graph.padded_out_type(self.model.weights.layers[0], self.model.variant)] = c["pad_out"]
+        # a class's tail: the outputs' zeroed constant, by its type (the session's build says why)
+        results = {c["pad_out"].type: c["pad_out"]} if "pad_out" in c else {}
         return lm_graph.PaddedSegments(buckets, c["pad_rows"], c["pad_q"], c["pad_k"], c["pad_v"], c["pad_scatter"],
                                        results=results, same_rows=self.model.runtime.has(FATTN_MASK_ROW))
 
