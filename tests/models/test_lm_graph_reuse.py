@@ -243,7 +243,7 @@ def test_a_class_graph_computes_the_exact_shapes_picks(classes, exact, rng, runt
 def _poison_compute_buffer(graph) -> None:
     """Fill every tensor the graph's compute buffer holds (not views, not weights or constants) with NaN bits, as
     memory left by earlier runs may hold: what a run reads before writing it then shows."""
-    from omnivoice.ggml import ffi, lib, types
+    from omnivoice.ggml import ffi, lib
 
     seen, todo = set(), [lib.ggml_graph_node(graph._gf, i) for i in range(graph.n_nodes)]
     while todo:
@@ -342,7 +342,7 @@ def test_a_class_graph_sizes_its_own_buffers(fa_runtime, k256_gguf, rng, monkeyp
     from omnivoice.ggml.backend import SchedulerPool
     from omnivoice.runners.lm import CLASS_MAX_PROMPTS
     monkeypatch.setattr(fa_runtime, "schedulers", SchedulerPool(max_kept=2, max_bytes=1 << 40,
-                                                             size_of=fa_runtime.sched_buffer_size))
+                                                                size_of=fa_runtime.sched_buffer_size))
     model = padded_model(fa_runtime, k256_gguf["f32"], max_graphs=4, shape_classes=True)
     try:
         big = [random_prompt(rng, 40, 0, 200) for _ in range(CLASS_MAX_PROMPTS + 1)]  # exact shapes
