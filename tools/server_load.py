@@ -24,8 +24,9 @@ The Ray Serve app (docs/SERVING.md) is started with the server's own flags after
 With --in-process there is no server: the same requests (the server's schema and voices make them) go to
 `OmniVoice.engine()` in this process, so that a run beside one over HTTP shows what the web layer costs.
 Streaming loads (--loads closed,conversational; the default `whole` is part 2 above): for each client count C,
-C clients each send --requests streamed requests (stream_format audio, pcm) of one sentence each, 1 to 25 words
-drawn from a word list with --text-seed (every client its own texts, the same on every run and every server):
+C clients each send --requests streamed requests (stream_format audio, pcm) of one sentence each, of 1 to 25
+words (--words LO:HI) drawn from a word list with --text-seed (every client its own texts, the same on every run
+and every server):
   closed          each client sends its next request as soon as its last one has ended (no pause)
   conversational  each client plays its audio in real time before its next request (a voice agent): it waits
                   until the audio it received has played, counted from its first byte (not after its last);
@@ -133,6 +134,17 @@ def sentence_texts(seed: int, count: int, low: int = 1, high: int = 25) -> list[
             words[rng.randrange(2, len(words) - 2)] += ","
         texts.append(" ".join(words).capitalize() + rng.choice(".....?!"))
     return texts
+
+
+def word_range(text: str) -> tuple[int, int]:
+    """--words LO:HI, 1 <= LO <= HI."""
+    try:
+        low, high = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO:HI (two whole numbers, e.g. 12:15), got {text!r}") from None
+    if not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"expected 1 <= LO <= HI, got {text!r}")
+    return low, high
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -362,17 +374,18 @@ async def concurrent(target, body: dict, clients: int, requests: int, warmup: bo
 
 
 async def streaming_load(target, body: dict, load: str, clients: int, requests: int, seed: int,
-                         max_retry_after: float, ramp_s: float = 0.0) -> dict:
-    """`clients` clients of `requests` streamed one-sentence requests each (texts of sentence_texts, the client's
-    own), closed loop or conversational (`load`): first audio percentiles, audio s per s, errors and 503s. A
-    conversational client joins after a delay drawn uniformly from [0, ramp_s) (seeded: the same on every run)."""
+                         max_retry_after: float, ramp_s: float = 0.0, words: tuple[int, int] = (1, 25)) -> dict:
+    """`clients` clients of `requests` streamed one-sentence requests each (texts of sentence_texts of `words`
+    words, the client's own), closed loop or conversational (`load`): first audio percentiles, audio s per s,
+    errors and 503s. A conversational client joins after a delay drawn uniformly from [0, ramp_s) (seeded: the
+    same on every run)."""
     firsts, latencies, audio, errors, rejected, paused = [], [], [], [], 0, []
     samples = []  # per answered request: client, when it was sent (s from the load's start), words, first audio, audio
     before = await target.engine_counters()
 
     async def client(w: int) -> None:
         nonlocal rejected
-        texts = sentence_texts(seed * 100_003 + w, requests)
+        texts = sentence_texts(seed * 100_003 + w, requests, *words)
         if load == "conversational" and ramp_s > 0:
             await asyncio.sleep(random.Random(seed * 100_003 + w).uniform(0.0, ramp_s))
         for i, text in enumerate(texts):
@@ -416,7 +429,7 @@ async def measure(target, args) -> tuple[dict, list[dict], list[dict], list[dict
     for load in (x for x in args.loads if x != "whole"):
         for c in args.clients:
             streams.append(await streaming_load(target, body, load, c, args.requests, args.text_seed,
-                                                args.max_retry_after, args.ramp_s))
+                                                args.max_retry_after, args.ramp_s, args.words))
             r = streams[-1]
             print(f"  {load}, {c} clients: first audio p50 {r['first_audio_p50_s'] * 1000:.0f} ms, p99 "
                   f"{r['first_audio_p99_s'] * 1000:.0f} ms, {r['audio_s_per_s']:.2f} audio s/s, {r['errors']} errors, "
@@ -487,7 +500,7 @@ async def run(args) -> dict:
                             "median_s": statistics.median(r["first_audio_s"] for r in ttfb) if ttfb else None,
                             "min_s": min((r["first_audio_s"] for r in ttfb), default=None)},
             "ws_first_audio": ws_summary(ws),
-            "concurrency": rows, "streaming_loads": streams, "text_seed": args.text_seed,
+            "concurrency": rows, "streaming_loads": streams, "text_seed": args.text_seed, "words": list(args.words),
             "label": args.label, "server_args": args.server_args}
 
 
@@ -595,6 +608,9 @@ def main(argv=None) -> int:
                         "(streamed one-sentence requests: closed loop, or clients that play their audio in real "
                         "time before the next); default whole")
     p.add_argument("--text-seed", type=int, default=0, help="seed of the streaming loads' texts (default 0)")
+    p.add_argument("--words", type=word_range, default=(1, 25), metavar="LO:HI",
+                   help="the streaming loads' sentences have LO to HI words (default 1:25; 12:15 is about 5 s of "
+                        "audio, the one-client first-audio target's request)")
     p.add_argument("--ramp-s", type=float, default=5.0,
                    help="conversational clients join at random times over this many seconds (default 5; 0: all "
                         "at once)")

@@ -64,12 +64,18 @@ def test_sentence_texts_are_varied_one_sentence_texts_of_1_to_25_words():
     assert all(t[-1] in ".?!" and t.count(".") + t.count("?") + t.count("!") == 1 for t in texts)
 
 
+def test_load_tool_refuses_a_bad_word_range():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "server_load.py"), "--url", "http://127.0.0.1:9",
+                        "--words", "15:12"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--words: expected 1 <= LO <= HI, got '15:12'" in r.stderr
+
+
 def test_load_tool_streaming_loads_over_http(server, tmp_path):
     out = tmp_path / "load.json"
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "server_load.py"), "--url", server.url,
                         "--api-key", API_KEY, "--clients", "1,2", "--requests", "2", "--ttfb-repeats", "0",
                         "--ws-repeats", "0", "--num-step", "1", "--loads", "closed,conversational",
-                        "--ramp-s", "0.5", "--label", "tree", "--json", str(out)],
+                        "--ramp-s", "0.5", "--words", "3:5", "--label", "tree", "--json", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
@@ -81,6 +87,7 @@ def test_load_tool_streaming_loads_over_http(server, tmp_path):
         assert x["answered"] == x["requests"] and x["errors"] == 0 and x["rejected_503"] == 0
         assert 0 < x["first_audio_p50_s"] <= x["first_audio_p90_s"] <= x["first_audio_p99_s"] <= x["latency_p50_s"] * 10
         assert x["audio_s"] > 0 and x["audio_s_per_s"] > 0
+        assert {row[2] for row in x["samples"]["rows"]} <= {3, 4, 5}  # --words: each text's word count
     # a conversational client lets its audio play before its next request (not after its last): one pause a
     # client here; closed-loop clients never pause
     assert rows[0]["paused_s"] == rows[1]["paused_s"] == 0 and rows[2]["paused_s"] > 0 and rows[3]["paused_s"] > 0
