@@ -10,11 +10,20 @@ equal the exact shapes' (the padding changes summation order only), or a row of 
 that is not finite (the tail's rows once carried such values from the compute buffer, 3f6a352). Prints a line per
 failure and a summary; exit status 1 if any failed. On CUDA, class graphs of 2 to 4 prompts gave NaN logits under
 load (BENCHMARKS.md, "Shape classes off"): this checks the graphs without the server.
+
+`--poison` fills every class graph's compute buffer with NaN bits before its step (poison_compute_buffer), as a
+new graph's cudaMalloc'd buffer may hold: under load only new class graphs failed (docs/results/
+h100-2026-12-05-7e73021/class-defect/), so a class graph that reads compute memory no kernel of its run wrote
+fails here at once rather than in one session of fifty. `--outputs-in-compute-buffer` puts a class graph's attention
+outputs back in its compute buffer, as before 3f6a352 (the A of that fix's A/B): with `--poison` its tail rows are
+then NaN, which on the CPU reach the spare Q/K/V row and no real row (every session fails on its padded rows alone,
+every pick equal); a backend whose picks fail there too carries the tail into real rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -23,9 +32,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from omnivoice.ggml import Runtime  # noqa: E402
+from omnivoice.ggml import Runtime, ffi, lib, types  # noqa: E402
 from omnivoice.ggml.graph import read_tensor  # noqa: E402
-from omnivoice.runners.lm import LanguageModel, LMInput  # noqa: E402
+from omnivoice.runners.lm import ChunkSession, LanguageModel, LMInput  # noqa: E402
 
 FRAMES_PER_S = 25
 
@@ -42,6 +51,22 @@ def random_prompt(rng: np.random.Generator, n_text: int, n_ref: int, n_target: i
     return LMInput(ids, mask, n_target)
 
 
+def poison_compute_buffer(graph) -> None:
+    """Fill every tensor the graph's compute buffer holds (not views, not weights or constants) with NaN bits, as
+    memory left by earlier runs (or a new buffer) may hold: what a run reads before writing it then shows."""
+    seen, todo = set(), [lib.ggml_graph_node(graph._gf, i) for i in range(graph.n_nodes)]
+    while todo:
+        t = todo.pop()
+        if t == ffi.NULL or int(ffi.cast("uintptr_t", t)) in seen:
+            continue
+        seen.add(int(ffi.cast("uintptr_t", t)))
+        todo += [s for s in t.src if s != ffi.NULL]
+        if (t.view_src == ffi.NULL and t.buffer != ffi.NULL and t.type in (types.F32, types.F16, types.BF16)
+                and lib.ggml_backend_buffer_get_usage(t.buffer) == lib.GGML_BACKEND_BUFFER_USAGE_COMPUTE):
+            nan = np.full(lib.ggml_nbytes(t), 0xFF, np.uint8)
+            lib.ggml_backend_tensor_set(t, ffi.from_buffer(nan), 0, nan.nbytes)
+
+
 def sentence_sizes(rng: np.random.Generator) -> tuple[int, int, int]:
     """A one-sentence request's prompt sizes: 5-40 text ids, a 0-5 s reference, a 1-10 s target."""
     return (int(rng.integers(5, 40)), int(rng.integers(0, 5 * FRAMES_PER_S)),
@@ -55,6 +80,10 @@ def main(argv=None) -> int:
     p.add_argument("--sessions", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--agree", type=float, default=0.98, help="least share of picks equal to exact shapes' (0.98)")
+    p.add_argument("--poison", action="store_true",
+                   help="fill each class graph's compute buffer with NaN bits before its step")
+    p.add_argument("--outputs-in-compute-buffer", action="store_true",
+                   help="a class graph's attention outputs in its compute buffer, as before 3f6a352 (A/Bs)")
     p.add_argument("--json", help="write the failures and the summary here")
     args = p.parse_args(argv)
 
@@ -62,6 +91,9 @@ def main(argv=None) -> int:
     classes = LanguageModel(runtime, args.model, padded_attention=True, max_graphs=16, shape_classes=True)
     exact = LanguageModel(runtime, args.model, padded_attention=True, max_graphs=0, shape_classes=False)
     rng = np.random.default_rng(args.seed)
+    padded_segments = ChunkSession._padded_segments
+    if args.outputs_in_compute_buffer:  # no zeroed constant for the outputs: padded_attention makes a tensor
+        ChunkSession._padded_segments = lambda s: dataclasses.replace(padded_segments(s), results={})
     failures, reused = [], 0
     try:
         sizes: list[tuple[int, int, int]] = []
@@ -71,6 +103,8 @@ def main(argv=None) -> int:
             prompts = [random_prompt(rng, *size) for size in sizes]
             tokens = [pr.input_ids[:, -pr.n_target:] for pr in prompts]
             with classes.session(prompts, 2.0, True) as s:
+                if args.poison:
+                    poison_compute_buffer(s.graph)
                 got, was_reused, L = s.step(tokens), s.reused, s.L
                 nonfinite_rows = sum(int((~np.isfinite(read_tensor(s.constants[n]).astype(np.float32))).any(-1).sum())
                                      for n in ("pad_q", "pad_k", "pad_v") if n in s.constants)
@@ -91,8 +125,10 @@ def main(argv=None) -> int:
     finally:
         classes.close()
         exact.close()
+        ChunkSession._padded_segments = padded_segments
     summary = {"backend": runtime.device.spec, "model": Path(args.model).name, "sessions": args.sessions,
-               "class_graphs_reused": reused, "failed_prompts": len(failures),
+               "class_graphs_reused": reused, "poisoned": bool(args.poison),
+               "outputs_in_compute_buffer": bool(args.outputs_in_compute_buffer), "failed_prompts": len(failures),
                "failed_sessions": len({f["session"] for f in failures})}
     print(json.dumps(summary))
     if args.json:

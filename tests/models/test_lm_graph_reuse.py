@@ -10,6 +10,7 @@ from omnivoice.ggml import Graph, Runtime, types
 from omnivoice.runners.lm import LanguageModel
 
 from .test_lm import random_prompt
+from class_check import poison_compute_buffer  # noqa: E402  (tools/: .test_lm put it on the path)
 
 
 @pytest.fixture(scope="module")
@@ -240,24 +241,6 @@ def test_a_class_graph_computes_the_exact_shapes_picks(classes, exact, rng, runt
                                    * np.abs(w["score"]).max())
 
 
-def _poison_compute_buffer(graph) -> None:
-    """Fill every tensor the graph's compute buffer holds (not views, not weights or constants) with NaN bits, as
-    memory left by earlier runs may hold: what a run reads before writing it then shows."""
-    from omnivoice.ggml import ffi, lib
-
-    seen, todo = set(), [lib.ggml_graph_node(graph._gf, i) for i in range(graph.n_nodes)]
-    while todo:
-        t = todo.pop()
-        if t == ffi.NULL or int(ffi.cast("uintptr_t", t)) in seen:
-            continue
-        seen.add(int(ffi.cast("uintptr_t", t)))
-        todo += [s for s in t.src if s != ffi.NULL]
-        if (t.view_src == ffi.NULL and t.buffer != ffi.NULL and t.type in (types.F32, types.F16, types.BF16)
-                and lib.ggml_backend_buffer_get_usage(t.buffer) == lib.GGML_BACKEND_BUFFER_USAGE_COMPUTE):
-            nan = np.full(lib.ggml_nbytes(t), 0xFF, np.uint8)
-            lib.ggml_backend_tensor_set(t, ffi.from_buffer(nan), 0, nan.nbytes)
-
-
 def test_a_class_tail_stays_finite_whatever_the_compute_buffer_held(classes, exact, rng):
     """A shape class's tail rows are no segment's: nothing writes their attention outputs. Those live in a zeroed
     constant, so the tail's activations, and the spare K/V row they are scattered to, stay finite however the
@@ -268,7 +251,7 @@ def test_a_class_tail_stays_finite_whatever_the_compute_buffer_held(classes, exa
     prompts = [random_prompt(rng, *s) for s in [(13, 9, 21), (7, 0, 40), (20, 3, 5)]]
     tokens = [p.input_ids[:, -p.n_target:] for p in prompts]
     with classes.session(prompts, 2.0, True) as s:
-        _poison_compute_buffer(s.graph)
+        poison_compute_buffer(s.graph)
         got = s.step(tokens)
         for name in ("pad_q", "pad_k", "pad_v"):
             assert np.isfinite(read_tensor(s.constants[name]).astype(np.float32)).all(), name

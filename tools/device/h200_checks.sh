@@ -26,7 +26,10 @@
 #           `git archive COMMIT omnivoice tools | tar -x -C .devcarry/base`) ours against that tree instead,
 #           alternated ROUNDS (2) times on this machine's build
 #   classes tools/class_check.py: CLASS_SESSIONS (300) random packs of 1 to 4 one-sentence prompts, a shape-class
-#           graph's picks against exact shapes' (a pick of -1, a score not finite, or under 98 % equal fails)
+#           graph's picks against exact shapes' (a pick of -1, a score not finite, or under 98 % equal fails);
+#           CLASS_ARGS adds its flags, one run per setting split at | (e.g. "--poison|--poison
+#           --outputs-in-compute-buffer": class graphs' compute buffers filled with NaN, with the outputs' zeroed
+#           constant and without it, as before 3f6a352; about a minute a run)
 #   steps   tools/lm_step_time.py: synced steps, QUEUED (64) steps back to back, 32-step chunks stepped on the host
 #           and on the device, at SHAPES (auto5,clone5,90:0:500)
 #   batch   tools/batch_bench.py: BATCH_SIZES (64) five-second requests of MIX (mixed) batched against one by one;
@@ -244,9 +247,14 @@ if part bench && fits 150 "bench"; then
 fi
 
 if part classes && fits 60 "classes"; then
-  stamp "class graphs against exact shapes"
-  timeout $(( $(left) - 10 )) python3 tools/class_check.py --model "$MODEL" --backend "$BACKEND" \
-    --sessions "${CLASS_SESSIONS:-300}" --json "$R/class_check.json" 2>&1 | grep -vE "^\s*$" | tail -40
+  IFS='|' read -ra settings <<< "${CLASS_ARGS:-}"; [ ${#settings[@]} = 0 ] && settings=("")
+  for i in "${!settings[@]}"; do
+    stamp "class graphs against exact shapes${settings[$i]:+ (${settings[$i]})}"
+    # shellcheck disable=SC2086  # a setting: several flags
+    timeout $(( ($(left) - 10) / (${#settings[@]} - i) )) python3 tools/class_check.py --model "$MODEL" \
+      --backend "$BACKEND" --sessions "${CLASS_SESSIONS:-300}" ${settings[$i]} \
+      --json "$R/class_check$( [ "$i" -gt 0 ] && echo "-$((i + 1))").json" 2>&1 | grep -vE "^\s*$" | tail -40
+  done
 fi
 
 if part steps && fits 90 "steps"; then
