@@ -11,13 +11,14 @@ that is not finite (the tail's rows once carried such values from the compute bu
 failure and a summary; exit status 1 if any failed. On CUDA, class graphs of 2 to 4 prompts gave NaN logits under
 load (BENCHMARKS.md, "Shape classes off"): this checks the graphs without the server.
 
-`--poison` fills every class graph's compute buffer with NaN bits before its step (poison_compute_buffer), as a
-new graph's cudaMalloc'd buffer may hold: under load only new class graphs failed (docs/results/
-h100-2026-12-05-7e73021/class-defect/), so a class graph that reads compute memory no kernel of its run wrote
-fails here at once rather than in one session of fifty. `--outputs-in-compute-buffer` puts a class graph's attention
-outputs back in its compute buffer, as before 3f6a352 (the A of that fix's A/B): with `--poison` its tail rows are
-then NaN, which on the CPU reach the spare Q/K/V row and no real row (every session fails on its padded rows alone,
-every pick equal); a backend whose picks fail there too carries the tail into real rows.
+`--steps N` runs each class session's graph N times (under load a new graph's first runs were queued back to back)
+and checks every run. `--poison` fills every class graph's compute buffer with NaN bits before each run
+(poison_compute_buffer), as a new graph's cudaMalloc'd buffer may hold: under load only new class graphs failed
+(docs/results/h100-2026-12-05-7e73021/class-defect/), so a class graph that reads compute memory no kernel of its run
+wrote fails here at once rather than in one session of fifty. `--outputs-in-compute-buffer` puts a class graph's
+attention outputs back in its compute buffer, as before 3f6a352 (the A of that fix's A/B): with `--poison` its tail
+rows are then NaN, which on the CPU reach the spare Q/K/V row and no real row (every session fails on its padded
+rows alone, every pick equal); a backend whose picks fail there too carries the tail into real rows.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def main(argv=None) -> int:
     p.add_argument("--sessions", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--agree", type=float, default=0.98, help="least share of picks equal to exact shapes' (0.98)")
+    p.add_argument("--steps", type=int, default=1,
+                   help="runs of each class session's graph, each checked (1; on CUDA the second is captured into a "
+                        "CUDA graph, later ones replay it)")
     p.add_argument("--poison", action="store_true",
                    help="fill each class graph's compute buffer with NaN bits before its step")
     p.add_argument("--outputs-in-compute-buffer", action="store_true",
@@ -102,32 +106,36 @@ def main(argv=None) -> int:
                 sizes = [sentence_sizes(rng) for _ in range(int(rng.integers(1, 5)))]
             prompts = [random_prompt(rng, *size) for size in sizes]
             tokens = [pr.input_ids[:, -pr.n_target:] for pr in prompts]
+            steps = []  # per step: the picks, and how many padded Q/K/V rows are not finite after it
             with classes.session(prompts, 2.0, True) as s:
-                if args.poison:
-                    poison_compute_buffer(s.graph)
-                got, was_reused, L = s.step(tokens), s.reused, s.L
-                nonfinite_rows = sum(int((~np.isfinite(read_tensor(s.constants[n]).astype(np.float32))).any(-1).sum())
-                                     for n in ("pad_q", "pad_k", "pad_v") if n in s.constants)
+                for _ in range(args.steps):
+                    if args.poison:
+                        poison_compute_buffer(s.graph)
+                    steps.append((s.step(tokens), sum(
+                        int((~np.isfinite(read_tensor(s.constants[n]).astype(np.float32))).any(-1).sum())
+                        for n in ("pad_q", "pad_k", "pad_v") if n in s.constants)))
+                was_reused, L = s.reused, s.L
             reused += was_reused
             with exact.session(prompts, 2.0, True) as s:
                 want = s.step(tokens)
-            for j, (g, w) in enumerate(zip(got, want)):
-                bad = {"negative_picks": int((g["pred"] < 0).sum()),
-                       "nonfinite_scores": int((~np.isfinite(g["score"])).sum()),
-                       "agree": float(np.mean(g["pred"] == w["pred"]))}
-                bad["nonfinite_qkv_rows"] = nonfinite_rows
-                if bad["negative_picks"] or bad["nonfinite_scores"] or bad["agree"] < args.agree or nonfinite_rows:
-                    f = {"session": i, "prompt": j, "prompts": len(prompts), "L": L, "reused": bool(was_reused),
-                         "lengths": [int(pr.input_ids.shape[1]) for pr in prompts],
-                         "targets": [pr.n_target for pr in prompts], **bad}
-                    failures.append(f)
-                    print("FAIL", json.dumps(f), flush=True)
+            for step, (got, nonfinite_rows) in enumerate(steps):
+                for j, (g, w) in enumerate(zip(got, want)):
+                    bad = {"negative_picks": int((g["pred"] < 0).sum()),
+                           "nonfinite_scores": int((~np.isfinite(g["score"])).sum()),
+                           "agree": float(np.mean(g["pred"] == w["pred"]))}
+                    bad["nonfinite_qkv_rows"] = nonfinite_rows
+                    if bad["negative_picks"] or bad["nonfinite_scores"] or bad["agree"] < args.agree or nonfinite_rows:
+                        f = {"session": i, "step": step, "prompt": j, "prompts": len(prompts), "L": L,
+                             "reused": bool(was_reused), "lengths": [int(pr.input_ids.shape[1]) for pr in prompts],
+                             "targets": [pr.n_target for pr in prompts], **bad}
+                        failures.append(f)
+                        print("FAIL", json.dumps(f), flush=True)
     finally:
         classes.close()
         exact.close()
         ChunkSession._padded_segments = padded_segments
     summary = {"backend": runtime.device.spec, "model": Path(args.model).name, "sessions": args.sessions,
-               "class_graphs_reused": reused, "poisoned": bool(args.poison),
+               "class_graphs_reused": reused, "steps": args.steps, "poisoned": bool(args.poison),
                "outputs_in_compute_buffer": bool(args.outputs_in_compute_buffer), "failed_prompts": len(failures),
                "failed_sessions": len({f["session"] for f in failures})}
     print(json.dumps(summary))

@@ -27,9 +27,9 @@
 #           alternated ROUNDS (2) times on this machine's build
 #   classes tools/class_check.py: CLASS_SESSIONS (300) random packs of 1 to 4 one-sentence prompts, a shape-class
 #           graph's picks against exact shapes' (a pick of -1, a score not finite, or under 98 % equal fails);
-#           CLASS_ARGS adds its flags, one run per setting split at | (e.g. "--poison|--poison
-#           --outputs-in-compute-buffer": class graphs' compute buffers filled with NaN, with the outputs' zeroed
-#           constant and without it, as before 3f6a352; about a minute a run)
+#           CLASS_ARGS adds its flags, one run per setting split at | (e.g. "--steps 3 --poison|--steps 3 --poison
+#           --outputs-in-compute-buffer": three runs a session, each from a compute buffer filled with NaN, with the
+#           outputs' zeroed constant and without it, as before 3f6a352; a minute or two a setting)
 #   steps   tools/lm_step_time.py: synced steps, QUEUED (64) steps back to back, 32-step chunks stepped on the host
 #           and on the device, at SHAPES (auto5,clone5,90:0:500)
 #   batch   tools/batch_bench.py: BATCH_SIZES (64) five-second requests of MIX (mixed) batched against one by one;
