@@ -247,9 +247,11 @@ class PaddedSegments:
     comes after the previous layer's attention has read the buffers. The outputs go back by set_rows over
     `scatter` into one tensor of `results` (by type) that every layer overwrites: made by the first layer, since a
     new one a layer would be a leaf of the graph, and ggml's allocator holds every leaf from the start; or given,
-    zeroed, where packed positions are no segment's (a shape class's tail rows, which no set_rows writes: rows
-    of the compute buffer left as they were would carry whatever bits were there, NaN among them, through the
-    layers into the spare row of K and V)."""
+    zeroed, where packed positions are no segment's (a shape class's tail rows, which no set_rows writes. A tensor
+    of the compute buffer is freed once the last layer's output product has read it, its memory going to the
+    tensors after it (on the CPU the logits and the guided pick): from a graph's second run on its tail rows would
+    hold their bits, read in the outputs' type, non-finite values among them where that is BF16, and carry them
+    through the layers into the spare row of K and V)."""
 
     buckets: tuple
     rows: object     # I64 [L]: the padded row of each packed position

@@ -530,9 +530,11 @@ class ChunkSession:
             if L > sum(segments):
                 # a class's tail: the attention's outputs in a zeroed constant whose tail rows stay zero (no
                 # set_rows writes them), so that the tail's activations, and the spare K/V row they write, stay
-                # finite (models.lm.PaddedSegments). Left to the compute buffer, whose rows hold whatever the last
-                # run put there, the spare row went non-finite in 11 of 300 class sessions on the CPU; on CUDA
-                # class graphs of 2 to 4 prompts then gave NaN logits under load (BENCHMARKS.md, "Shape classes off").
+                # finite (models.lm.PaddedSegments). Left to the compute buffer, whose memory the last run's tensors
+                # after the last layer had taken, the spare row went non-finite in 11 of 300 class sessions on the
+                # CPU, and at the second run of a session in the GPU's composition (BF16 outputs:
+                # tests/models/test_lm_graph_reuse.py); on CUDA class graphs of 2 to 4 prompts then gave NaN logits
+                # under load (BENCHMARKS.md, "Shape classes off").
                 out_type = lm_graph.padded_out_type(w.layers[0], model.variant)
                 consts["pad_out"] = Zeros(out_type, (L + 1, cfg.head_dim * cfg.n_head))
         # A lone greedy prompt's device-side MaskGIT state (run_on_device): its tokens, the steps' rows, the step

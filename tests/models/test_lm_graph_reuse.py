@@ -176,9 +176,9 @@ def fa_runtime(runtime):
         yield rt
 
 
-def padded_model(runtime, gguf, **kw):
-    """The GPU's attention layout (padded buckets, ggml's flash attention) on this runtime; skips where the
-    runtime has no flash attention for the model's head size and K/V type."""
+def padded_model(runtime, gguf, variant=None, **kw):
+    """The GPU's attention layout (padded buckets, ggml's flash attention) on this runtime, in the plain graph or
+    `variant`; skips where the runtime has no flash attention for the model's head size and K/V type."""
     from omnivoice.models.lm import Variant
     probe = LanguageModel(runtime, gguf, padded_attention=True, variant=Variant(), max_graphs=0, shape_classes=False)
     padded, head_dim = probe.padded_attention, probe.cfg.head_dim
@@ -186,7 +186,7 @@ def padded_model(runtime, gguf, **kw):
     if not padded:
         pytest.skip(f"padded attention needs flash attention, which {runtime.device.spec} lacks for head size "
                     f"{head_dim} with {'F16' if probe.flash_kv == types.F16 else 'F32'} K/V")
-    return LanguageModel(runtime, gguf, padded_attention=True, variant=Variant(), **kw)
+    return LanguageModel(runtime, gguf, padded_attention=True, variant=variant or Variant(), **kw)
 
 
 @pytest.fixture
@@ -259,6 +259,30 @@ def test_a_class_tail_stays_finite_whatever_the_compute_buffer_held(classes, exa
         want = s.step(tokens)
     for g, w in zip(got, want):
         assert np.mean(g["pred"] == w["pred"]) > 0.99 and np.isfinite(g["score"]).all()
+
+
+def test_a_class_graphs_later_runs_keep_its_spare_row_finite(fa_runtime, k256_gguf):
+    """The graph a GPU runs (BF16 weights; the attention outputs written by their set_rows in the output product's
+    BF16; ggml's products, which carry a non-finite input into their result), nothing poisoned. Were the outputs a
+    tensor of the compute buffer, the allocator would free it once the last layer's product has read it and hand
+    its memory to the logits and the guided pick: from the second run on its tail rows hold those F32 bits, read
+    as BF16, non-finite ones among them, and the spare Q/K/V row goes non-finite (here at the second run; the
+    first run's is finite, as every CUDA failure's first pick was good)."""
+    from omnivoice.ggml.graph import read_tensor
+    from omnivoice.models.lm import Variant
+
+    model = padded_model(fa_runtime, k256_gguf["bf16"], Variant(fused_casts=True, cast_scratch=True, attn_cast=True),
+                         max_graphs=0, shape_classes=True, cpu_products="ggml")
+    try:
+        p = random_prompt(np.random.default_rng(1), 13, 9, 21)
+        with model.session([p], 2.0, True) as s:
+            assert s.L > p.input_ids.shape[1] + p.n_target                  # a tail
+            for run in range(3):
+                assert np.isfinite(s.step([p.input_ids[:, -p.n_target:]])[0]["score"]).all(), run
+                for name in ("pad_q", "pad_k", "pad_v"):
+                    assert np.isfinite(read_tensor(s.constants[name]).astype(np.float32)).all(), (run, name)
+    finally:
+        model.close()
 
 
 def test_requests_of_one_class_share_a_kept_graph(classes, rng, fa_runtime, k256_gguf):
