@@ -167,8 +167,7 @@ class WeightStore:
             for name in copied + repacked:
                 data = self._data[name]
                 if data is None:
-                    t = self._tensors[name]
-                    lib.ggml_backend_tensor_memset(t, 0, 0, lib.ggml_nbytes(t))
+                    self._zero(self._tensors[name])
                     continue
                 parts = data if isinstance(data, list) else [data]
                 if name in repacked and len(parts) > 1:  # repacking buffers take a tensor in one piece
@@ -249,6 +248,15 @@ class WeightStore:
 
     def __contains__(self, name: str) -> bool:
         return name in self._tensors
+
+    def zero(self, name: str) -> None:
+        """Set tensor `name` back to zeros on the device, as a `Zeros` value starts (the caller has no run reading or
+        writing it in flight: the device's copy does not wait for one)."""
+        self._zero(self[name])
+
+    @staticmethod
+    def _zero(t) -> None:
+        lib.ggml_backend_tensor_memset(t, 0, 0, lib.ggml_nbytes(t))
 
     def names(self) -> Iterable[str]:
         return self._tensors.keys()

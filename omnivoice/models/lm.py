@@ -242,9 +242,10 @@ class PaddedSegments:
 
     Q, K and V are written straight into the padded layout (all buckets' rows joined, R = sum of length * count),
     K and V in flash attention's K/V type, by set_rows over `rows` into `q_rows` [D * H, R] and `k_rows`, `v_rows`
-    [D * Hkv, R]: constants zeroed once so that padding rows stay finite (a masked key's weight is 0, and 0 * NaN
-    would not be). One set serves every layer: the backends run a graph's nodes in order, so a layer's set_rows
-    comes after the previous layer's attention has read the buffers. The outputs go back by set_rows over
+    [D * Hkv, R]: zeroed constants, so that padding rows stay finite (a masked key's weight is 0, and 0 * NaN would
+    not be; a kept shape class graph's are zeroed again for each session, whose lengths make other rows padding:
+    runners.lm.PADDED_ROWS). One set serves every layer: the backends run a graph's nodes in order, so a layer's
+    set_rows comes after the previous layer's attention has read the buffers. The outputs go back by set_rows over
     `scatter` into one tensor of `results` (by type) that every layer overwrites: made by the first layer, since a
     new one a layer would be a leaf of the graph, and ggml's allocator holds every leaf from the start; or given,
     zeroed, where packed positions are no segment's (a shape class's tail rows, which no set_rows writes. A tensor

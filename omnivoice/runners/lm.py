@@ -499,6 +499,12 @@ class ChunkSession:
                 self._buckets = kept.buckets
             for name, value in content.items():
                 write_tensor(self.constants[name], value, name)
+            if classed:
+                # Rows the last session's lengths made real are padding or tail rows now, which no set_rows writes:
+                # zeros again, as a new graph's (models.lm.PaddedSegments), so that what a session left there,
+                # non-finite values where its outputs went so, reaches neither the spare row nor a masked key.
+                for name in PADDED_ROWS:
+                    self.constants.zero(name)
             self.reused, self._key = True, key
             return
 
@@ -911,6 +917,8 @@ def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int],
 # queries up to the next KEY_CHUNK in attention. Larger packed batches keep their exact shapes: their compositions
 # rarely repeat, and there the padding would be paid at every step.
 CLASS_MAX_PROMPTS, CLASS_POSITIONS, CLASS_TARGETS = 4, 64, 64
+# A class graph's constants that hold rows of a session's lengths: the padded Q, K and V rows and the attention outputs
+PADDED_ROWS = ("pad_q", "pad_k", "pad_v", "pad_out")
 
 
 def class_layout(lengths: list[int]) -> tuple[int, list[tuple[int, list[int]]]]:

@@ -300,6 +300,33 @@ def test_requests_of_one_class_share_a_kept_graph(classes, rng, fa_runtime, k256
     assert classes.kept_graphs == 2
 
 
+def test_a_kept_class_graph_starts_from_zeroed_padded_rows(classes, exact, rng):
+    """A kept class graph serves prompts of other lengths: rows that were the last session's real ones are padding
+    or tail rows now, which no set_rows of the new session writes. They are zeroed again, as a new graph's are, so
+    that what a session left there (non-finite values here, as a session whose outputs went non-finite leaves them)
+    reaches neither the spare Q/K/V row nor, through a masked key's weight of 0, a real row."""
+    from omnivoice.ggml import ffi, lib
+    from omnivoice.ggml.graph import read_tensor
+
+    padded = ("pad_q", "pad_k", "pad_v", "pad_out")
+    longer, shorter = random_prompt(rng, 20, 0, 30), random_prompt(rng, 13, 9, 21)  # 50 + 30 and 43 + 21: one class
+    with classes.session([longer], 2.0, True) as s:
+        s.step([longer.input_ids[:, -longer.n_target:]])
+        for name in padded:
+            t = s.constants[name]
+            nan = np.full(lib.ggml_nbytes(t), 0xFF, np.uint8)
+            lib.ggml_backend_tensor_set(t, ffi.from_buffer(nan), 0, nan.nbytes)
+    tokens = [shorter.input_ids[:, -shorter.n_target:]]
+    with classes.session([shorter], 2.0, True) as s:
+        assert s.reused
+        got = s.step(tokens)
+        for name in padded:
+            assert np.isfinite(read_tensor(s.constants[name]).astype(np.float32)).all(), name
+    with exact.session([shorter], 2.0, True) as s:
+        want = s.step(tokens)
+    assert np.mean(got[0]["pred"] == want[0]["pred"]) > 0.99 and np.isfinite(got[0]["score"]).all()
+
+
 def test_sampled_prompts_logits_and_large_batches_keep_exact_shapes(classes, rng):
     """...and their graphs are not kept: only classes are, where classes are on."""
     from omnivoice.runners.lm import CLASS_MAX_PROMPTS
