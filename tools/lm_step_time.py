@@ -25,7 +25,8 @@ costs the GPU.
 stepped on the host (read-back, choice, ids, launch between the steps) as before, and, where the session can (CUDA
 with patch 0024), on the device (a session with device_steps: ChunkSession.run_on_device), and checks that both
 give the same tokens.
---json FILE appends one line per (weights, shape) with every figure.
+--json FILE appends one line per (weights, shape) with every figure (the session build by phase: constants,
+nodes, allocate; ChunkSession.build_times).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def prompt(n_text: int, n_ref: int, n_target: int, seed: int = 0):
 
 
 def opened(lm, prompts, tokens):
-    """A session for these prompts after its first two steps: (session, build ms, first step ms, second step ms)."""
+    """A session for these prompts after its first two steps: (session, build ms, first step ms, second step ms);
+    the build's phases in the session's `build_times`."""
     t0 = time.perf_counter()
     s = lm.session(prompts, 2.0, greedy=True)
     try:
@@ -67,6 +69,11 @@ def opened(lm, prompts, tokens):
         s.close()
         raise
     return s, 1000 * (t1 - t0), 1000 * (t2 - t1), 1000 * (time.perf_counter() - t2)
+
+
+def phases(session) -> str:
+    """A session build's phases (ChunkSession.build_times), in ms."""
+    return ", ".join(f"{name} {1000 * t:.1f}" for name, t in session.build_times.items())
 
 
 def timed_step(session, tokens) -> tuple[float, float, float, float]:
@@ -227,7 +234,7 @@ def main() -> int:
                     print(f"{q:9s} {shape:7s} x{batch:<3d} L={s.L:6d} {total:8.2f} ms/step (prepare {prep:.2f}, run {run:.2f}, "
                           f"read {read:.2f}; CPU {cpu:.0f} ms; flash {'on' if lm.flash_attn else 'off'}, stacked {stacked}, "
                           f"variant {variant_name(lm.variant)}, {s.graph.n_nodes} nodes; "
-                          f"session build {build_ms:.1f} ms, first steps {first_ms:.1f} / {second_ms:.1f} ms)",
+                          f"session build {build_ms:.1f} ms ({phases(s)}), first steps {first_ms:.1f} / {second_ms:.1f} ms)",
                           flush=True)
                     queued = queued_steps(lm, prs, tokens, args.queued) if args.queued else (None, None)
                     if args.queued:
@@ -265,6 +272,7 @@ def main() -> int:
                         f.write(json.dumps({"label": args.label, "backend": args.backend, "weights": q,
                                             "shape": shape, "batch": batch, "L": s.L, "ms_per_step": total, "prepare_ms": prep,
                                             "run_ms": run, "read_ms": read, "cpu_ms": cpu, "build_ms": build_ms,
+                                            "build_phases_ms": {k: 1000 * t for k, t in s.build_times.items()},
                                             "first_step_ms": first_ms, "second_step_ms": second_ms, "threads": rt.n_threads,
                                             "flash": lm.flash_attn, "stacked": stacked,
                                             "variant": variant_name(lm.variant), "exact_f32": rt.exact_f32,

@@ -393,6 +393,9 @@ class ChunkSession:
         self.reused = False
         self._key: tuple | None = None  # set once the graph is whole: only then is it kept at close
         self.times = (0.0, 0.0, 0.0)  # the last step's wall seconds: preparing the ids, the graph run, read-back
+        # the build's wall seconds: the constants (made and uploaded, or a kept graph's rewritten), the graph's
+        # nodes, its allocation on the scheduler (a kept graph: none)
+        self.build_times = {"constants": 0.0, "nodes": 0.0, "allocate": 0.0}
         self._launched: Optional[tuple[float, float]] = None  # a run started and not yet finished
         try:
             self._build(model, prompts, guidance_scale, greedy, with_logits, device_steps)
@@ -402,6 +405,7 @@ class ChunkSession:
 
     def _build(self, model: LanguageModel, prompts: list[LMInput], guidance_scale: float | Sequence[float],
                greedy: bool | Sequence[bool], with_logits: bool, device_steps: bool) -> None:
+        t_start = time.perf_counter()
         cfg = model.cfg
         self.model, self.cfg, self.prompts = model, cfg, list(prompts)
         n = len(self.prompts)
@@ -506,6 +510,7 @@ class ChunkSession:
                 for name in PADDED_ROWS:
                     self.constants.zero(name)
             self.reused, self._key = True, key
+            self.build_times["constants"] = time.perf_counter() - t_start
             return
 
         flash_kv = model.flash_kv if model.flash_attn else None
@@ -551,7 +556,9 @@ class ChunkSession:
             # the prompts' kernels run one after another on the stream
             consts.update(mg_tokens=Zeros(np.int32, (C * S,)), mg_plan=Zeros(np.int32, (n * MAX_DEVICE_STEPS, 6)),
                           mg_state=Zeros(np.int32, (2 * n,)), mg_keys=Zeros(np.int32, (C * T_max,)))
+        t0 = time.perf_counter()
         self.constants = WeightStore.from_arrays(model.runtime, consts)
+        self.build_times["constants"] = time.perf_counter() - t0
         c = self.constants
         inputs = lm_graph.VariantInputs(**{n: c[n] for n in ("kv_rows", "attn_mask") if n in c})
         if padded:
@@ -582,7 +589,9 @@ class ChunkSession:
             uncond2 = lib.ggml_reshape_2d(g.ctx, uncond, cfg.audio_vocab, C * T)
             g.output(f"log_probs_{i}", lm_graph.guided_log_probs(g.ctx, cond2, uncond2, self.guidance_scale[i],
                                                                  cpu=not self.model.runtime.is_gpu))
+        t0 = time.perf_counter()
         g.allocate()
+        self.build_times.update(nodes=t0 - t_start - self.build_times["constants"], allocate=time.perf_counter() - t0)
         self._key = key if keep else None
 
     def _heads(self, g: Graph, h) -> None:

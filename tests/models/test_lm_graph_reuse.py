@@ -55,6 +55,18 @@ def test_a_kept_graph_computes_the_new_prompts_content(keeping, fresh, rng, runt
     assert_same(got, want, runtime)
 
 
+def test_a_sessions_build_is_timed_by_phase(keeping, rng):
+    """ChunkSession.build_times (what tools/lm_step_time.py reports): a new graph's constants, nodes and allocation;
+    a kept graph's rewritten constants alone."""
+    p = random_prompt(rng, 13, 9, 21)
+    for reused in (False, True):
+        with keeping.session([p], 2.0, True) as s:
+            assert s.reused is reused and set(s.build_times) == {"constants", "nodes", "allocate"}
+            assert s.build_times["constants"] > 0
+            assert (s.build_times["nodes"] > 0 and s.build_times["allocate"] > 0) is not reused
+            assert (s.build_times["nodes"] == s.build_times["allocate"] == 0) is reused
+
+
 def test_a_kept_packed_graph_and_sampled_prompts(keeping, fresh, rng, runtime):
     """Several prompts with their own settings (a guidance scale per column, a sampled prompt's log-probs)."""
     shapes = [(11, 0, 17), (9, 5, 13)]
