@@ -63,8 +63,10 @@ def test_a_sessions_build_is_timed_by_phase(keeping, rng):
         with keeping.session([p], 2.0, True) as s:
             assert s.reused is reused and set(s.build_times) == {"constants", "nodes", "allocate"}
             assert s.build_times["constants"] > 0
-            assert (s.build_times["nodes"] > 0 and s.build_times["allocate"] > 0) is not reused
-            assert (s.build_times["nodes"] == s.build_times["allocate"] == 0) is reused
+            if reused:
+                assert s.build_times["nodes"] == s.build_times["allocate"] == 0
+            else:
+                assert s.build_times["nodes"] > 0 and s.build_times["allocate"] > 0
 
 
 def test_a_kept_packed_graph_and_sampled_prompts(keeping, fresh, rng, runtime):
