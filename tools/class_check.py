@@ -8,8 +8,8 @@ runs one MaskGIT step on a shape-class graph (LanguageModel(shape_classes=True))
 fails where a class pick is -1 (a row of no finite logit), a score is not finite, fewer than `--agree` of the picks
 equal the exact shapes' (the padding changes summation order only), or a row of the padded Q, K or V holds a value
 that is not finite (the tail's rows once carried such values from the compute buffer, 3f6a352). Prints a line per
-failure and a summary; exit status 1 if any failed. On CUDA, class graphs of 2 to 4 prompts gave NaN logits under
-load (BENCHMARKS.md, "Shape classes off"): this checks the graphs without the server.
+failure and a summary; exit status 1 if any failed. On CUDA, class graphs of 2 to 4 prompts once gave NaN logits
+under load (BENCHMARKS.md, "Shape classes"): this checks the graphs without the server.
 
 `--steps N` runs each class session's graph N times (under load a new graph's first runs were queued back to back)
 and checks every run. `--poison` fills every class graph's compute buffer with NaN bits before each run

@@ -86,7 +86,7 @@ def warm_up(ov, engine: BatchEngine, n: int = 8, lone_seconds: int = 10) -> floa
     a server that warms up at load pays it before its first real work. The batch has `n` one-second requests
     of two MaskGIT steps (at least 8: the pipelined engine's two groups), auto, designed and cloned (a synthetic
     one-second reference: the codec's encoder runs too), then a one-second request alone (the device's MaskGIT on
-    CUDA). Where the LM keeps graphs by shape class (LanguageModel.shape_classes, off unless asked;
+    CUDA). Where the LM keeps graphs by shape class (LanguageModel.shape_classes, on GPUs by default;
     runners.lm.class_layout), requests alone of 1 to `lone_seconds` seconds with about as many words as speech of
     that length has: each builds and captures the graph that a one-sentence request of its length will take, and
     the codec's decode graph of its length (one each for 1 to 10 s: ten graphs of the LM's sixteen, eight of the

@@ -10,7 +10,6 @@ input stay. The guidance combination, log-softmax, argmax and max run in the gra
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import OrderedDict
@@ -31,8 +30,6 @@ from ..loaders import lm as loader
 from ..models import lm as lm_graph
 from ..nn import amx, fma, int8, int16
 from ..nn.packed import Kernel
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -157,10 +154,9 @@ class LanguageModel:
         `max_graphs` and `max_graph_bytes`: how many closed sessions' graphs are kept, and how much compute memory
         they may hold together, for the next session of the same shape (default 16 graphs within 1 GiB on GPUs,
         none on the CPU; OMNIVOICE_LM_GRAPHS overrides the count; see ChunkSession.reused).
-        `shape_classes` (default off; OMNIVOICE_SHAPE_CLASSES=1 turns them on, where attention is padded): a session
-        of at most CLASS_MAX_PROMPTS greedy prompts takes the graph of its shape class (class_layout) rather than
-        of its exact lengths, so that requests of similar length share one kept graph. On CUDA, class graphs of 2
-        to 4 prompts gave NaN logits under load (BENCHMARKS.md, "Shape classes off"): a GPU runtime logs a warning.
+        `shape_classes` (default: where graphs are kept and attention is padded, i.e. GPUs; OMNIVOICE_SHAPE_CLASSES
+        =0/1 overrides): a session of at most CLASS_MAX_PROMPTS greedy prompts takes the graph of its shape class
+        (class_layout) rather than of its exact lengths, so that requests of similar length share one kept graph.
         `cpu_products`: auto, ggml, i16, i8, amx or fma (see products_kernel). `device_maskgit` (default on;
         OMNIVOICE_DEVICE_MASKGIT=0 turns it off): MaskGIT's choices on the device where the build has the kernel."""
         self.runtime = runtime
@@ -220,24 +216,20 @@ class LanguageModel:
             max_graphs = env if env is not None else (16 if runtime.is_gpu else 0)
         self.max_graphs = max(0, int(max_graphs))
         classes_possible = self.padded_attention and not self.variant.one_attention
-        # Shape classes are off by default: on CUDA (an H100 and an H200, BF16), 1-2 % of the server's requests under 64
-        # conversational clients failed, every one in a class graph of 2 to 4 prompts whose guided pick read rows of NaN
-        # logits (a pick of -1), on the device's MaskGIT and the host's alike; with exact shapes none of 640 did. One
-        # cause was found since on the CPU (a class's tail rows carried non-finite compute-buffer bits into the spare
-        # K/V row; the session's build below keeps them zero); until the load is measured again on a GPU, classes stay
-        # off. What classes gained, on the H100 (the real server, 4 requests a run, one call): one client's first audio
-        # p50 92 ms against 121 ms without; 32 conversational clients p99 223 against 214 ms; closed loop 129.5 against
-        # 124.1 audio s/s at 32 clients, 144.4 against 146.9 at 64; on the H200 86 against 98 ms and 164.8 against 145.3
-        # audio s/s at 32 (BENCHMARKS.md).
+        # Shape classes by default where graphs are kept: on an H100 (the real server, 24 one-sentence requests of 12
+        # to 15 words, four text sets, one machine) one client's first audio p50 was 76-78 ms with them against 80-89
+        # without; the closed loop's rate within the noise either way (130-144 against 129-142 audio s/s at 32
+        # clients), 64 conversational clients' p99 409-610 against 418-527 ms (BENCHMARKS.md, "Shape classes").
+        # Under load they once failed 1-2 % of requests (NaN logits in class graphs of 2 to 4 prompts); since the
+        # tail's attention outputs and a kept graph's padded rows are zeroed constants, none of about 2900 requests
+        # has, and tools/class_check.py finds no read of unwritten compute memory on CUDA.
         if shape_classes is None:
-            shape_classes = bool(current().shape_classes)
+            shape_classes = current().shape_classes
+        if shape_classes is None:
+            shape_classes = self.max_graphs > 0 and classes_possible
         if shape_classes and not classes_possible:
             raise ValueError("shape classes need padded attention (flash attention, not the one_attention variant)")
         self.shape_classes = bool(shape_classes)
-        if self.shape_classes and runtime.is_gpu:
-            log.warning("LM shape classes are on (OMNIVOICE_SHAPE_CLASSES / shape_classes=): on CUDA, class graphs "
-                        "of 2 to 4 prompts gave NaN logits under load, failing about 1-2 %% of requests; one cause "
-                        "is fixed, the load not yet measured again (BENCHMARKS.md, \"Shape classes off\")")
         self.max_graph_bytes = int(max_graph_bytes) if max_graph_bytes is not None else 1 << 30
         self._kept: OrderedDict[tuple, list[_KeptGraph]] = OrderedDict()
         self._kept_lock = threading.Lock()
@@ -545,7 +537,7 @@ class ChunkSession:
                 # after the last layer had taken, the spare row went non-finite in 11 of 300 class sessions on the
                 # CPU, and at the second run of a session in the GPU's composition (BF16 outputs:
                 # tests/models/test_lm_graph_reuse.py); on CUDA class graphs of 2 to 4 prompts then gave NaN logits
-                # under load (BENCHMARKS.md, "Shape classes off").
+                # under load (BENCHMARKS.md, "Shape classes").
                 out_type = lm_graph.padded_out_type(w.layers[0], model.variant)
                 consts["pad_out"] = Zeros(out_type, (L + 1, cfg.head_dim * cfg.n_head))
         # A lone greedy prompt's device-side MaskGIT state (run_on_device): its tokens, the steps' rows, the step
@@ -916,7 +908,7 @@ def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int],
     return out
 
 
-# Shape classes (LanguageModel.shape_classes, off unless asked: see there): sessions of up to CLASS_MAX_PROMPTS greedy
+# Shape classes (LanguageModel.shape_classes, on GPUs by default: see there): sessions of up to CLASS_MAX_PROMPTS greedy
 # prompts whose packed length rounds up to the same multiple of CLASS_POSITIONS (one tail row at least), whose
 # segments round up to the same multiples of KEY_CHUNK and whose greedy targets round up to the same multiple of
 # CLASS_TARGETS share a graph. On a GPU a new graph costs its build and allocation (11 ms of a lone one-sentence
