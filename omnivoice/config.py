@@ -80,8 +80,7 @@ VARIABLES: tuple[Variable, ...] = (
              "LanguageModel(max_graphs=)"),
     Variable("OMNIVOICE_SHAPE_CLASSES", "shape_classes", _switch,
              "1/0: sessions of up to four greedy prompts take the kept graph of their shape class, padded, instead "
-             "of one of their exact lengths (default off: on CUDA, class graphs of 2 to 4 prompts gave NaN logits "
-             "under load; BENCHMARKS.md)",
+             "of one of their exact lengths (default: where graphs are kept and attention is padded, GPUs)",
              "LanguageModel(shape_classes=)"),
     Variable("OMNIVOICE_PIPELINE", "pipeline", _switch,
              "1/0: the engine runs two step groups, one on the device while the host makes the other's choices "

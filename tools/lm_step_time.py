@@ -234,7 +234,8 @@ def main() -> int:
                     print(f"{q:9s} {shape:7s} x{batch:<3d} L={s.L:6d} {total:8.2f} ms/step (prepare {prep:.2f}, run {run:.2f}, "
                           f"read {read:.2f}; CPU {cpu:.0f} ms; flash {'on' if lm.flash_attn else 'off'}, stacked {stacked}, "
                           f"variant {variant_name(lm.variant)}, {s.graph.n_nodes} nodes; "
-                          f"session build {build_ms:.1f} ms ({phases(s)}), first steps {first_ms:.1f} / {second_ms:.1f} ms)",
+                          f"session build {build_ms:.1f} ms ({phases(s)}), "
+                          f"first steps {first_ms:.1f} / {second_ms:.1f} ms)",
                           flush=True)
                     queued = queued_steps(lm, prs, tokens, args.queued) if args.queued else (None, None)
                     if args.queued:
