@@ -62,7 +62,8 @@ class FakeMaskGitStep:
             return 0
         tokens[chosen] = pred[chosen]
         ids = view(a.ids, np.int32, C * L).reshape(C, L)
-        shifted = tokens.reshape(C, T) + (np.arange(C, dtype=np.int32) * V)[:, None]
+        # a pick of -1 writes row 0's ids, as patch 0024's kernel does (row -1 lies before the embedding table)
+        shifted = np.maximum(tokens, 0).reshape(C, T) + (np.arange(C, dtype=np.int32) * V)[:, None]
         ids[:, a.cond0:a.cond0 + T] = shifted
         ids[:, a.uncond0:a.uncond0 + T] = shifted
         state[0] += 1
