@@ -1,5 +1,5 @@
 """The process's configuration from its environment: every `OMNIVOICE_*` variable the package reads, read here
-into one typed, frozen record (docs/CONFIG.md has the table; VARIABLES is its source).
+into one typed, frozen record (docs/CONFIG.md has the table; VARIABLES is its source: tools/config_table.py).
 
     from omnivoice.config import current
     current().threads          # OMNIVOICE_THREADS as an int, or None when unset
@@ -54,7 +54,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("OMNIVOICE_CACHE", "cache", lambda n, t: Path(t).expanduser() if t else None,
              "where converted checkpoints are kept (default ~/.cache/omnivoice)"),
     Variable("OMNIVOICE_THREADS", "threads", lambda n, t: _count(n, t, 1) if t.strip() else None,
-             "CPU threads (default: the usable cores less the busy ones)", "OmniVoice(n_threads=), --threads"),
+             "CPU threads (default: the usable cores less the busy ones; at most 4 a usable core)",
+             "OmniVoice(n_threads=), --threads"),
     Variable("OMNIVOICE_EXACT_F32", "exact_f32", lambda n, t: t.strip() not in ("", "0"),
              "1: float32 arithmetic where a GPU backend would round (Vulkan's float32 shaders, F32 K/V)",
              "OmniVoice(exact_f32=)"),

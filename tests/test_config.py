@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+import runpy
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,15 @@ def test_the_scan_sees_each_way_of_reading(tmp_path):
 def test_the_table_in_docs_lists_every_variable():
     documented = set(re.findall(r"^\| `(OMNIVOICE_[A-Z0-9_]+)` \|", DOC.read_text(encoding="utf-8"), re.M))
     assert documented == {v.env for v in VARIABLES}
+
+
+def test_the_table_in_docs_is_the_generated_one():
+    """docs/CONFIG.md's rows are tools/config_table.py's from VARIABLES, word for word (run it after a change)."""
+    tool = runpy.run_path(str(PACKAGE.parent / "tools" / "config_table.py"))
+    page = DOC.read_text(encoding="utf-8")
+    assert tool["with_table"](page) == page
+    stale = page.replace("CPU threads (default:", "CPU threads (by default:")
+    assert stale != page and tool["with_table"](stale) == page  # a row edited by hand is what the check sees
 
 
 def test_a_setting_named_as_an_argument_is_one():
