@@ -1,11 +1,12 @@
-"""The command-line flags that the commands loading a model share (tts, batch, server): which weights and which
-CPU kernels. The synthesis options' flags are made by omnivoice.options.add_arguments."""
+"""The command-line flags that the commands loading a model share (tts, batch, server, wyoming): which model,
+which weights, which CPU kernels and how many threads. The synthesis options' flags are made by
+omnivoice.options.add_arguments."""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["add_quant_option", "add_threads_option", "thread_count"]
+__all__ = ["add_model_options", "add_quant_option", "add_threads_option", "thread_count"]
 
 
 def thread_count(value: str) -> int:
@@ -28,6 +29,15 @@ def add_threads_option(group, note: str = "") -> None:
                             f"those busy with other work now, from a {SAMPLE_S:g} s sample of the CPUs' time, or "
                             "the load average where that cannot be read: a thread sharing a busy core slows all"
                             f"{note})")
+
+
+def add_model_options(group) -> None:
+    """`--model` and `--codec` as every command that loads a model names them (what resolve.resolve_model takes)."""
+    group.add_argument("--model", help="LM GGUF, folder of converted GGUFs (as omnivoice.convert writes it), "
+                                       "OmniVoice checkpoint directory or Hugging Face repo id (default: "
+                                       "$OMNIVOICE_MODEL, else k2-fsa/OmniVoice; checkpoints are converted once into "
+                                       "$OMNIVOICE_CACHE, else ~/.cache/omnivoice)")
+    group.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
 
 
 def add_quant_option(group) -> None:

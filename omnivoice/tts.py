@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import cli
-from .arguments import add_quant_option, add_threads_option
+from .arguments import add_model_options, add_quant_option, add_threads_option
 from .options import DEFAULTS, OptionError, add_arguments, flag_message, flags, from_arguments
 from .text.utf8 import decode_utf8
 
@@ -59,11 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="OmniVoice text to speech (24 kHz mono) on ggml.")
     p.add_argument("text", nargs="?", help="text to synthesize (default: read stdin)")
     g = p.add_argument_group("model")
-    g.add_argument("--model", help="LM GGUF, folder of converted GGUFs (as omnivoice.convert writes it), OmniVoice "
-                                   "checkpoint directory or Hugging Face repo id (default: $OMNIVOICE_MODEL, "
-                                   "else k2-fsa/OmniVoice; checkpoints are converted once into $OMNIVOICE_CACHE, "
-                                   "else ~/.cache/omnivoice)")
-    g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
+    add_model_options(g)
     add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     add_threads_option(g)

@@ -15,7 +15,7 @@ import time
 from typing import Optional
 
 from .. import cli
-from ..arguments import add_quant_option, add_threads_option
+from ..arguments import add_model_options, add_quant_option, add_threads_option
 from ..cli import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, EXIT_OOM
 from ..options import OptionError, add_arguments, flag_message, flags, from_arguments
 from .manifest import OPTION_FIELDS, read_manifest
@@ -70,9 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true", help="log details on stderr")
 
     g = p.add_argument_group("model")
-    g.add_argument("--model", help="LM GGUF, OmniVoice checkpoint directory or Hugging Face repo id "
-                                   "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
-    g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
+    add_model_options(g)
     add_quant_option(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     add_threads_option(g, "; with --cpu-actors, each actor's share of the cluster's CPUs")
@@ -82,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("generation (defaults for lines that do not set them)")
     g.add_argument("--language", help="language for lines without language_id")
     add_arguments(g, OPTION_FLAGS)
-    g.add_argument("--no-preprocess-prompt", action="store_true", help="skip reference silence trimming")
+    g.add_argument("--no-preprocess-prompt", action="store_true", help="skip reference silence trimming and transcript punctuation")
 
     g = p.add_argument_group("distributed (Ray, pip install 'omnivoice-ggml[ray]')")
     g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",

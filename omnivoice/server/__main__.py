@@ -39,10 +39,10 @@ examples:
 def build_parser() -> argparse.ArgumentParser:
     p, g = server_parser("python -m omnivoice.server", "OpenAI-compatible OmniVoice speech server.", EPILOG)
     g.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    g.add_argument("--port", type=int, default=8000)
+    g.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
     g.add_argument("--api-key", default=variable("OMNIVOICE_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1/ (default: $OMNIVOICE_API_KEY, else none)")
-    add_engine_arguments(g)
+    add_engine_arguments(g, "503 with Retry-After")
     g.add_argument("--max-upload-mb", type=float, default=20.0, help="request body limit in MiB (default 20)")
     g.add_argument("--max-input-chars", type=int, default=4096,
                    help="longest input text; on the WebSocket, the most text pending per connection (default 4096)")

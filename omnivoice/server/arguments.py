@@ -8,7 +8,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from ..arguments import add_quant_option, add_threads_option
+from ..arguments import add_model_options, add_quant_option, add_threads_option
 from ..cli import run, setup_logging
 from ..config import current
 
@@ -28,23 +28,23 @@ def server_parser(prog: str, description: str, epilog: str):
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """The model's flags (a group of their own), as every server names them."""
     g = p.add_argument_group("model")
-    g.add_argument("--model", help="LM GGUF, OmniVoice checkpoint directory or Hugging Face repo id "
-                                   "(default: $OMNIVOICE_MODEL, else k2-fsa/OmniVoice)")
-    g.add_argument("--codec", help="codec GGUF (default: omnivoice-tokenizer-F32.gguf beside the model)")
+    add_model_options(g)
     g.add_argument("--backend", default="auto", help="auto, cpu, cuda, vulkan, metal, optionally :INDEX")
     add_quant_option(g)
     add_threads_option(g)
 
 
-def add_engine_arguments(g) -> None:
-    """The voice library's and the batched engine's flags (checked by check_engine_arguments)."""
+def add_engine_arguments(g, refusal: str) -> None:
+    """The voice library's and the batched engine's flags (checked by check_engine_arguments); `refusal`: what a
+    client whose request finds the queue full gets, in the server's terms."""
     g.add_argument("--voices", type=Path, default=Path("voices"),
                    help="voice library folder of NAME.rvq + NAME.rvq.txt files (default ./voices)")
     g.add_argument("--max-batch", default="auto", help="requests batched into one LM step (default auto)")
     g.add_argument("--max-wait-ms", type=float, default=10.0,
                    help="how long a request that arrives while others run may wait to join their batch "
                         "(default 10; an idle engine starts at once)")
-    g.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503 (default 64)")
+    g.add_argument("--max-queue", type=int, default=64,
+                   help=f"waiting requests; past them a new request is refused ({refusal}; default 64)")
     g.add_argument("--first-audio-ms", type=float, default=300.0,
                    help="the schedule's first-audio deadline: a new stream's first piece is due this many ms after "
                         "its arrival, and requests share the steps by deadline (omnivoice.engine.schedule; default "

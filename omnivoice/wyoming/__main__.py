@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p, g = server_parser("python -m omnivoice.wyoming", "OmniVoice as a Wyoming text-to-speech service.", EPILOG)
     g.add_argument("--uri", default="tcp://127.0.0.1:10200",
                    help="where to listen: tcp://HOST:PORT, unix://PATH or stdio:// (default tcp://127.0.0.1:10200)")
-    add_engine_arguments(g)
+    add_engine_arguments(g, "an error event")
     g.add_argument("--voice", default="auto",
                    help="the voice of a request that names none: auto, a built-in name or a library voice "
                         "(default auto)")
