@@ -445,7 +445,9 @@ class CacheEntry:
 
 
 def list_cache() -> list[CacheEntry]:
-    """Every entry of the cache, oldest first."""
+    """Every entry of the cache, oldest first: a folder holding the record of its checkpoint or a GGUF file. Other
+    folders are not the cache's (the reference harness keeps its results in ~/.cache/omnivoice/reference), and
+    neither listed nor cleaned."""
     root = cache_dir()
     if not root.is_dir():
         return []
@@ -453,6 +455,8 @@ def list_cache() -> list[CacheEntry]:
     entries = []
     for d in sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime):
         files = tuple(sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix == ".gguf"))
+        if not files and not (d / _SOURCE).is_file():
+            continue
         size = sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
         try:
             source = json.loads((d / _SOURCE).read_text(encoding="utf-8")).get("checkpoint")

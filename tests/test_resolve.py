@@ -160,6 +160,22 @@ def test_cache_follows_content_and_is_listed_and_cleaned(tiny_checkpoint, tmp_pa
     assert cache_main(["rm", lm2.parent.name]) == 0 and list_cache() == []
 
 
+def test_a_folder_that_is_no_entry_is_neither_listed_nor_cleaned(tmp_path, monkeypatch, capsys):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OMNIVOICE_CACHE", str(cache))
+    reference = cache / "reference"  # tools/reference/run_reference.py's default results folder
+    reference.mkdir(parents=True)
+    (reference / "generate-0123.npz").write_bytes(b"kept")
+    gone = cache / "OmniVoice-0123456789abcdef"  # an entry whose checkpoint is gone: stale
+    gone.mkdir()
+    (gone / "source.json").write_text('{"checkpoint": "%s"}' % (tmp_path / "no-such-checkpoint"))
+    (gone / CODEC).write_bytes(b"GGUF")
+    assert [(e.name, e.stale) for e in list_cache()] == [(gone.name, True)]
+    assert cache_main(["clean", "--all"]) == 0
+    assert "1 entry" in capsys.readouterr().out
+    assert not gone.exists() and (reference / "generate-0123.npz").read_bytes() == b"kept"
+
+
 class _NoSuchRepo(http.server.BaseHTTPRequestHandler):
     """Answers as the Hub does for a repository that does not exist."""
 
