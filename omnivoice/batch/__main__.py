@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("generation (defaults for lines that do not set them)")
     g.add_argument("--language", help="language for lines without language_id")
     add_arguments(g, OPTION_FLAGS)
-    g.add_argument("--no-preprocess-prompt", action="store_true", help="skip reference silence trimming and transcript punctuation")
+    g.add_argument("--no-preprocess-prompt", action="store_true",
+                   help="skip reference silence trimming and transcript punctuation")
 
     g = p.add_argument_group("distributed (Ray, pip install 'omnivoice-ggml[ray]')")
     g.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
