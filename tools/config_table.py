@@ -15,13 +15,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 DOC = ROOT / "docs" / "CONFIG.md"
 HEADER = "| variable | what it sets | argument in code (wins over the variable) |\n|---|---|---|\n"
 
 
 def rows() -> str:
     """The table's rows, one a variable, in VARIABLES' order."""
-    sys.path.insert(0, str(ROOT))
     from omnivoice.config import VARIABLES
 
     def argument(text: str) -> str:
