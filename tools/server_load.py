@@ -136,6 +136,11 @@ def sentence_texts(seed: int, count: int, low: int = 1, high: int = 25) -> list[
     return texts
 
 
+def client_texts(seed: int, client: int, count: int, words: tuple[int, int] = (1, 25)) -> list[str]:
+    """The `count` texts client `client` of a streaming load sends with --text-seed `seed` (every client its own)."""
+    return sentence_texts(seed * 100_003 + client, count, *words)
+
+
 def word_range(text: str) -> tuple[int, int]:
     """--words LO:HI, 1 <= LO <= HI."""
     try:
@@ -385,7 +390,7 @@ async def streaming_load(target, body: dict, load: str, clients: int, requests: 
 
     async def client(w: int) -> None:
         nonlocal rejected
-        texts = sentence_texts(seed * 100_003 + w, requests, *words)
+        texts = client_texts(seed, w, requests, words)
         if load == "conversational" and ramp_s > 0:
             await asyncio.sleep(random.Random(seed * 100_003 + w).uniform(0.0, ramp_s))
         for i, text in enumerate(texts):
