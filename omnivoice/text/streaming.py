@@ -42,7 +42,8 @@ def stream_sentences(text: str, short_first: bool = True) -> List[str]:
     """A whole text as the pieces a stream speaks; ValueError when it holds nothing to speak. Without
     `short_first` the first sentence stays whole (first_pieces is skipped): its tokens are then those of the same
     sentence spoken alone, which a clause split changes (a one-sentence text of 1 to 25 words then speaks as
-    `OmniVoice.synthesize` speaks it; with the split, 84 of 400 such texts are cut and their tokens differ)."""
+    `OmniVoice.synthesize` speaks it; with the split, 84 of 400 such texts are cut and their tokens differ:
+    tools/first_piece_tokens.py, BENCHMARKS.md)."""
     sentences = split_sentences(text)
     if not sentences:
         raise ValueError("text: is empty, nothing to synthesize")
