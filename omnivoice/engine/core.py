@@ -152,7 +152,7 @@ PIPELINE_MIN_REQUESTS = 8
 # past it the host steps them in two pipelined groups. On an H100, 64 against 7 (pipelined from 8), the server's
 # closed loop of streamed one-sentence requests: 139 against 124 audio s/s at 32 clients, 155 against 131 at 64,
 # first audio p50 885 against 1012 ms and 1709 against 2045 ms, and a seventh as many graph switches; conversational
-# clients the same within noise (BENCHMARKS.md, "First audio under load").
+# clients the same within noise (BENCHMARKS.md, "Device runs of up to 64 requests").
 DEVICE_MAX_REQUESTS = 64
 
 

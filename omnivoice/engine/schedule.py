@@ -34,7 +34,7 @@ from typing import Optional, Protocol, Sequence, TypeVar
 __all__ = ["FIRST_AUDIO_S", "Schedulable", "select", "select_arrival", "unit_deadline"]
 
 # The first-audio deadline of a new stream (seconds from its arrival): the 300 ms that voice agents ask of a
-# server's first audio under load (BENCHMARKS.md, "First audio under load").
+# server's first audio under load (BENCHMARKS.md, "Speech server").
 FIRST_AUDIO_S = 0.3
 
 

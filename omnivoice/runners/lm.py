@@ -914,7 +914,7 @@ def padded_constants(buckets: list[tuple[int, list[int]]], lengths: list[int],
 # CLASS_TARGETS share a graph. On a GPU a new graph costs its build and allocation (11 ms of a lone one-sentence
 # request on an H100), a first run and a second captured into a CUDA graph; with classes, the server's graph building
 # under 32 conversational clients fell from 0.53 to 0.15 s of the run, first audio the same within the noise
-# (BENCHMARKS.md, "First audio under load"). The padding: a tail of at most CLASS_POSITIONS rows through the products,
+# (tree 615b956: `git log -p BENCHMARKS.md`). The padding: a tail of at most CLASS_POSITIONS rows through the products,
 # queries up to the next KEY_CHUNK in attention. Larger packed batches keep their exact shapes: their compositions
 # rarely repeat, and there the padding would be paid at every step.
 CLASS_MAX_PROMPTS, CLASS_POSITIONS, CLASS_TARGETS = 4, 64, 64
